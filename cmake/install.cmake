@@ -1,0 +1,3 @@
+# Installed package: find_package(customop) gives customop::customop (and customop::gradcheck).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)

@@ -1,0 +1,50 @@
+# Imported targets for libtorch taken from the pinned PyPI wheel (ci/versions.env).
+#   customop::torch       ATen, c10, the autograd engine and TorchScript (CPU part)
+#   customop::torch_cuda  the CUDA part (libtorch_cuda, libc10_cuda, cudart)
+# We read the wheel's layout directly instead of find_package(Torch): TorchConfig insists on
+# a CUDA toolkit matching the wheel's, which the CPU-only torch-2.11 leg (a CUDA 12.8 wheel on
+# a CUDA 13.0 machine) does not have.
+set(CUSTOMOP_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+    "Python interpreter whose site-packages hold the pinned torch wheel")
+if(NOT CUSTOMOP_TORCH_ROOT)
+  execute_process(
+    COMMAND "${CUSTOMOP_PYTHON}" -c
+      "import os, torch; print(os.path.dirname(torch.__file__), torch.__version__, int(torch._C._GLIBCXX_USE_CXX11_ABI), sep=';')"
+    OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE _torch_rc WORKING_DIRECTORY /)
+  if(NOT _torch_rc EQUAL 0)
+    message(FATAL_ERROR "customop: cannot import torch with ${CUSTOMOP_PYTHON}; run ci/setup first "
+                        "or pass -DCUSTOMOP_PYTHON=<python with torch>")
+  endif()
+  list(GET _torch_info 0 _root)
+  list(GET _torch_info 1 _version)
+  list(GET _torch_info 2 _abi)
+  set(CUSTOMOP_TORCH_ROOT "${_root}" CACHE PATH "torch package folder (holds include/ and lib/)")
+  set(CUSTOMOP_TORCH_VERSION "${_version}" CACHE STRING "torch version found")
+  set(CUSTOMOP_TORCH_CXX11_ABI "${_abi}" CACHE STRING "torch._C._GLIBCXX_USE_CXX11_ABI")
+endif()
+message(STATUS "customop: torch ${CUSTOMOP_TORCH_VERSION} at ${CUSTOMOP_TORCH_ROOT}")
+
+set(_tlib "${CUSTOMOP_TORCH_ROOT}/lib")
+add_library(customop_torch INTERFACE)
+add_library(customop::torch ALIAS customop_torch)
+target_include_directories(customop_torch SYSTEM INTERFACE
+  "${CUSTOMOP_TORCH_ROOT}/include"
+  "${CUSTOMOP_TORCH_ROOT}/include/torch/csrc/api/include")
+target_compile_definitions(customop_torch INTERFACE
+  _GLIBCXX_USE_CXX11_ABI=${CUSTOMOP_TORCH_CXX11_ABI})
+target_link_libraries(customop_torch INTERFACE
+  "${_tlib}/libtorch.so" "${_tlib}/libtorch_cpu.so" "${_tlib}/libc10.so")
+target_link_options(customop_torch INTERFACE "LINKER:-rpath,${_tlib}")
+
+if(CUSTOMOP_ENABLE_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  add_library(customop_torch_cuda INTERFACE)
+  add_library(customop::torch_cuda ALIAS customop_torch_cuda)
+  # NB: --no-as-needed keeps libtorch_cuda as a dependency even when nothing references it
+  # directly; without it CUDA kernels registered by libtorch_cuda would not load.
+  target_link_libraries(customop_torch_cuda INTERFACE customop::torch
+    "LINKER:--no-as-needed" "${_tlib}/libtorch_cuda.so" "${_tlib}/libc10_cuda.so" "LINKER:--as-needed"
+    CUDA::cudart)
+  target_compile_definitions(customop_torch_cuda INTERFACE CUSTOMOP_WITH_CUDA=1)
+endif()

@@ -1,0 +1,162 @@
+#pragma once
+/// \file
+/// The C++ types an args struct field may have, and the schema type each one stands for.
+///
+/// | schema type        | args-struct field type                 |
+/// |--------------------|----------------------------------------|
+/// | Tensor             | at::Tensor                             |
+/// | Tensor?            | std::optional<at::Tensor>              |
+/// | Tensor[]           | std::vector<at::Tensor>                |
+/// | int / int?         | int64_t / std::optional<int64_t>       |
+/// | float / float?     | double / std::optional<double>         |
+/// | bool / bool?       | bool / std::optional<bool>             |
+/// | str / str?         | std::string / std::optional<std::string> |
+/// | int[] / float[] / bool[] | std::vector<int64_t> / std::vector<double> / std::vector<bool> |
+/// | Scalar / Scalar?   | c10::Scalar / std::optional<c10::Scalar> |
+/// | ScalarType / ScalarType? | c10::ScalarType / std::optional<c10::ScalarType> |
+///
+/// Return types (the `Ret` of an op): at::Tensor, std::vector<at::Tensor>, int64_t, double,
+/// bool, or a std::tuple of those for several returns.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/ScalarType.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace customop {
+
+/// What an argument or return is, as far as the autograd glue cares.
+enum class ArgKind : std::uint8_t {
+  kTensor,          // Tensor
+  kOptionalTensor,  // Tensor?
+  kTensorList,      // Tensor[]
+  kInt,
+  kOptionalInt,
+  kFloat,
+  kOptionalFloat,
+  kBool,
+  kOptionalBool,
+  kStr,
+  kOptionalStr,
+  kIntList,
+  kFloatList,
+  kBoolList,
+  kScalar,
+  kOptionalScalar,
+  kScalarType,
+  kOptionalScalarType,
+};
+
+/// The schema spelling of an ArgKind ("Tensor?", "int[]", ...).
+std::string_view schema_type_name(ArgKind kind);
+
+/// True for Tensor, Tensor? and Tensor[]: the kinds that take a gradient.
+constexpr bool is_tensor_like(ArgKind kind) {
+  return kind == ArgKind::kTensor || kind == ArgKind::kOptionalTensor ||
+         kind == ArgKind::kTensorList;
+}
+
+namespace detail {
+
+template <class T>
+inline constexpr bool always_false = false;
+
+template <class T>
+struct ArgTraits {
+  static_assert(always_false<T>,
+                "[customop] unsupported args-struct field type. Use at::Tensor, "
+                "std::optional<at::Tensor>, std::vector<at::Tensor>, int64_t (not int), double "
+                "(not float), bool, std::string, std::vector<int64_t|double|bool>, c10::Scalar, "
+                "c10::ScalarType, or std::optional of a scalar type (see customop/arg_types.h)");
+};
+
+#define CUSTOMOP_ARG_TRAITS(T, KIND, NAME)                \
+  template <>                                             \
+  struct ArgTraits<T> {                                   \
+    static constexpr ArgKind kind = ArgKind::KIND;        \
+    static constexpr std::string_view cpp_name = NAME;    \
+  };
+CUSTOMOP_ARG_TRAITS(at::Tensor, kTensor, "at::Tensor")
+CUSTOMOP_ARG_TRAITS(std::optional<at::Tensor>, kOptionalTensor, "std::optional<at::Tensor>")
+CUSTOMOP_ARG_TRAITS(std::vector<at::Tensor>, kTensorList, "std::vector<at::Tensor>")
+CUSTOMOP_ARG_TRAITS(int64_t, kInt, "int64_t")
+CUSTOMOP_ARG_TRAITS(std::optional<int64_t>, kOptionalInt, "std::optional<int64_t>")
+CUSTOMOP_ARG_TRAITS(double, kFloat, "double")
+CUSTOMOP_ARG_TRAITS(std::optional<double>, kOptionalFloat, "std::optional<double>")
+CUSTOMOP_ARG_TRAITS(bool, kBool, "bool")
+CUSTOMOP_ARG_TRAITS(std::optional<bool>, kOptionalBool, "std::optional<bool>")
+CUSTOMOP_ARG_TRAITS(std::string, kStr, "std::string")
+CUSTOMOP_ARG_TRAITS(std::optional<std::string>, kOptionalStr, "std::optional<std::string>")
+CUSTOMOP_ARG_TRAITS(std::vector<int64_t>, kIntList, "std::vector<int64_t>")
+CUSTOMOP_ARG_TRAITS(std::vector<double>, kFloatList, "std::vector<double>")
+CUSTOMOP_ARG_TRAITS(std::vector<bool>, kBoolList, "std::vector<bool>")
+CUSTOMOP_ARG_TRAITS(c10::Scalar, kScalar, "c10::Scalar")
+CUSTOMOP_ARG_TRAITS(std::optional<c10::Scalar>, kOptionalScalar, "std::optional<c10::Scalar>")
+CUSTOMOP_ARG_TRAITS(c10::ScalarType, kScalarType, "c10::ScalarType")
+CUSTOMOP_ARG_TRAITS(std::optional<c10::ScalarType>, kOptionalScalarType,
+                    "std::optional<c10::ScalarType>")
+#undef CUSTOMOP_ARG_TRAITS
+
+/// One return of an op: Tensor, Tensor[], int, float or bool (the return types the
+/// reference allows a backward formula for).
+template <class T>
+struct ReturnTraits {
+  static_assert(always_false<T>,
+                "[customop] unsupported return type. An op returns at::Tensor, "
+                "std::vector<at::Tensor>, int64_t, double, bool, or a std::tuple of those");
+};
+template <>
+struct ReturnTraits<at::Tensor> {
+  static constexpr ArgKind kind = ArgKind::kTensor;
+};
+template <>
+struct ReturnTraits<std::vector<at::Tensor>> {
+  static constexpr ArgKind kind = ArgKind::kTensorList;
+};
+template <>
+struct ReturnTraits<int64_t> {
+  static constexpr ArgKind kind = ArgKind::kInt;
+};
+template <>
+struct ReturnTraits<double> {
+  static constexpr ArgKind kind = ArgKind::kFloat;
+};
+template <>
+struct ReturnTraits<bool> {
+  static constexpr ArgKind kind = ArgKind::kBool;
+};
+
+template <class T>
+struct IsTuple : std::false_type {};
+template <class... T>
+struct IsTuple<std::tuple<T...>> : std::true_type {};
+
+/// The returns of an op as a tuple type: `at::Tensor` -> `std::tuple<at::Tensor>`.
+template <class Ret>
+struct ReturnTuple {
+  using type = std::tuple<Ret>;
+};
+template <class... T>
+struct ReturnTuple<std::tuple<T...>> {
+  using type = std::tuple<T...>;
+};
+template <class Ret>
+using ReturnTupleT = typename ReturnTuple<Ret>::type;
+
+template <class Tuple>
+struct ReturnKinds;
+template <class... T>
+struct ReturnKinds<std::tuple<T...>> {
+  static constexpr std::array<ArgKind, sizeof...(T)> value{ReturnTraits<T>::kind...};
+};
+
+}  // namespace detail
+}  // namespace customop

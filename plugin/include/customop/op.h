@@ -1,0 +1,547 @@
+#pragma once
+/// \file
+/// `customop::define<Args, Ret>(schema)`: a dispatcher op from a schema and an args struct,
+/// with per-device kernels and a backward formula in two parts (save_for_backward +
+/// backward), re-creating PyTorch's legacy CustomOp API in C++.
+///
+/// Example:
+///   struct ScaleArgs  { at::Tensor x; double alpha; };
+///   struct ScaleSaved { double alpha; };
+///   auto& op = customop::define<ScaleArgs>("myns::scale(Tensor x, float alpha) -> Tensor");
+///   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
+///   op.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+///   op.impl_backward([](const ScaleSaved& s, const at::Tensor& g) { return customop::Grads{{"x", g * s.alpha}}; });
+///   at::Tensor y = op(ScaleArgs{.x = t, .alpha = 2.0});
+
+#include <customop/arg_types.h>
+#include <customop/detail/function_traits.h>
+#include <customop/detail/saved_state.h>
+#include <customop/detail/stack.h>
+#include <customop/grads.h>
+#include <customop/op_core.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <boost/pfr.hpp>
+#include <c10/util/TypeIndex.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <initializer_list>
+#include <source_location>
+#include <string_view>
+#include <typeindex>
+#include <utility>
+
+namespace customop {
+
+/// Which returns of an op are differentiable (the reference's output_differentiability): one
+/// bool per return. A false Tensor (or every Tensor of a false Tensor[]) return is marked
+/// non-differentiable; a true non-tensor return is an error when the op runs forward.
+class OutputDifferentiability {
+ public:
+  OutputDifferentiability() = default;
+  OutputDifferentiability(std::initializer_list<bool> flags) : flags_(std::vector<bool>(flags)) {}
+  OutputDifferentiability(std::vector<bool> flags) : flags_(std::move(flags)) {}
+  template <class T>
+  OutputDifferentiability(const T&) {
+    static_assert(detail::always_false<T>,
+                  "[customop] output_differentiability must be a list of bools, one per return, "
+                  "e.g. {true, false} or std::vector<bool>");
+  }
+  const std::optional<std::vector<bool>>& flags() const { return flags_; }
+
+ private:
+  std::optional<std::vector<bool>> flags_;
+};
+
+namespace detail {
+
+template <class Args>
+constexpr auto field_infos() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<FieldInfo, sizeof...(I)>{
+        FieldInfo{ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind,
+                  ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name}...};
+  }(std::make_index_sequence<kNumFields<Args>>{});
+}
+
+/// The grad a backward formula receives for one return type.
+template <class T>
+struct GradFor {
+  using type = NoGrad;
+};
+template <>
+struct GradFor<at::Tensor> {
+  using type = at::Tensor;
+};
+template <>
+struct GradFor<std::vector<at::Tensor>> {
+  using type = std::vector<at::Tensor>;
+};
+
+template <class Returns, class F, class Saved>
+struct BackwardInvocable;
+template <class... R, class F, class Saved>
+struct BackwardInvocable<std::tuple<R...>, F, Saved> {
+  static constexpr bool value = std::is_invocable_v<F&, const Saved&, typename GradFor<R>::type...>;
+  using result = std::invoke_result_t<F&, const Saved&, typename GradFor<R>::type...>;
+};
+
+template <class T>
+inline constexpr bool kReturnHasBackward =
+    std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::vector<at::Tensor>> ||
+    std::is_same_v<T, int64_t> || std::is_same_v<T, double> || std::is_same_v<T, bool>;
+
+// ---- typed grads (an aggregate with one field per tensor-like argument) --------------------
+
+template <class T>
+struct TypedGradKind {
+  static constexpr bool valid = false;
+};
+template <>
+struct TypedGradKind<at::Tensor> {
+  static constexpr bool valid = true;
+  static constexpr bool list = false;
+};
+template <>
+struct TypedGradKind<std::optional<at::Tensor>> : TypedGradKind<at::Tensor> {};
+template <>
+struct TypedGradKind<std::vector<at::Tensor>> {
+  static constexpr bool valid = true;
+  static constexpr bool list = true;
+};
+template <>
+struct TypedGradKind<std::vector<std::optional<at::Tensor>>> : TypedGradKind<std::vector<at::Tensor>> {};
+
+template <class Args>
+constexpr std::size_t count_tensor_like() {
+  std::size_t n = 0;
+  for (const auto& f : field_infos<Args>()) n += is_tensor_like(f.kind) ? 1 : 0;
+  return n;
+}
+
+template <class Args>
+constexpr auto tensor_like_kinds() {
+  std::array<ArgKind, count_tensor_like<Args>()> out{};
+  std::size_t k = 0;
+  for (const auto& f : field_infos<Args>()) {
+    if (is_tensor_like(f.kind)) out[k++] = f.kind;
+  }
+  return out;
+}
+
+/// Instantiated per field of a typed grads struct; its template arguments name the field in
+/// the compiler's note when the static_assert fires.
+template <std::size_t FieldIndex, class GradField, ArgKind ArgumentKind>
+struct CheckTypedGradField {
+  static_assert(TypedGradKind<GradField>::valid,
+                "[customop] a typed grads field must be at::Tensor, std::optional<at::Tensor>, "
+                "std::vector<at::Tensor> or std::vector<std::optional<at::Tensor>>");
+  static_assert(!TypedGradKind<GradField>::valid ||
+                    TypedGradKind<GradField>::list == (ArgumentKind == ArgKind::kTensorList),
+                "[customop] typed grads field FieldIndex does not match its tensor-like "
+                "argument: a Tensor[] argument takes a std::vector grad, a Tensor or Tensor? "
+                "argument a single at::Tensor grad");
+  static constexpr bool ok = true;
+};
+
+template <class Args, class G>
+constexpr bool check_typed_grads() {
+  static_assert(std::is_aggregate_v<G>,
+                "[customop] backward must return customop::Grads (by name), c10::IValue (a "
+                "dict of grads), or a typed grads aggregate with one field per Tensor-like "
+                "argument");
+  static_assert(kNumFields<G> == count_tensor_like<Args>(),
+                "[customop] the typed grads struct needs exactly one field per Tensor-like "
+                "argument (Tensor, Tensor?, Tensor[]) of the args struct, in schema order");
+  if constexpr (kNumFields<G> == count_tensor_like<Args>()) {
+    constexpr auto kinds = tensor_like_kinds<Args>();
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (CheckTypedGradField<I, boost::pfr::tuple_element_t<I, G>, kinds[I]>::ok && ...);
+    }(std::make_index_sequence<kNumFields<G>>{});
+  }
+  return true;
+}
+
+template <class Args, class Ret>
+struct GeneratedFunction;
+
+}  // namespace detail
+
+/// An op defined through customop; see define(). `Args` is the args struct (one field per
+/// schema argument, in schema order); `Ret` the C++ return type (at::Tensor by default; a
+/// std::tuple for several returns).
+template <class Args, class Ret = at::Tensor>
+class Op final : public OpCore {
+  static_assert(std::is_aggregate_v<Args>,
+                "[customop] the args struct must be an aggregate (public fields, no "
+                "constructors, no base classes) so Boost.PFR can read it field by field");
+  using Returns = detail::ReturnTupleT<Ret>;
+  static constexpr std::size_t kNumReturns = std::tuple_size_v<Returns>;
+  static constexpr auto kReturnKinds = detail::ReturnKinds<Returns>::value;
+
+ public:
+  using ArgsType = Args;
+  using ReturnType = Ret;
+
+  /// Registers `kernel` for `device` (c10::DeviceType::CPU or CUDA). `kernel` is callable as
+  /// `Ret(const Args&)`; it sees tensors of that device only.
+  /// Throws c10::Error if `device` already has an impl (naming the first one's file:line).
+  template <class F>
+  Op& impl(c10::DeviceType device, F kernel,
+           std::source_location loc = std::source_location::current()) {
+    static_assert(std::is_invocable_v<F&, const Args&>,
+                  "[customop] a kernel must be callable as kernel(const Args&)");
+    static_assert(std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Ret>,
+                  "[customop] the kernel's return type must convert to the op's Ret (the "
+                  "second template argument of customop::define)");
+    set_kernel(
+        device,
+        [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
+          const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+          detail::push_returns(*stack, Ret(kernel(args)));
+        },
+        loc);
+    return *this;
+  }
+
+  /// Registers the first half of the backward formula: `fn(const Args& inputs, const Ret&
+  /// output) -> Saved`, run once per forward (never during backward). `Saved` is any
+  /// aggregate: its at::Tensor / std::optional<at::Tensor> / std::vector<at::Tensor> fields
+  /// are saved through the autograd context, the rest are kept as they are.
+  template <class F>
+  Op& impl_save_for_backward(F fn, std::source_location loc = std::source_location::current()) {
+    static_assert(std::is_invocable_v<F&, const Args&, const Ret&>,
+                  "[customop] save_for_backward must be callable as fn(const Args& inputs, "
+                  "const Ret& output)");
+    using Saved = std::decay_t<std::invoke_result_t<F&, const Args&, const Ret&>>;
+    static_assert(std::is_aggregate_v<Saved>,
+                  "[customop] save_for_backward must return an aggregate struct (the saved "
+                  "state), e.g. struct Saved { at::Tensor x; double alpha; }");
+    check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward", loc);
+    note_save_for_backward(loc);
+    save_ = [fn = std::move(fn)](const Args& args, const Ret& out)
+        -> c10::intrusive_ptr<detail::SavedStateBase> {
+      auto state = c10::make_intrusive<detail::SavedState<Saved>>();
+      state->value = fn(args, out);
+      return state;
+    };
+    take_tensors_ = [](detail::SavedStateBase& s) {
+      return static_cast<detail::SavedState<Saved>&>(s).take_tensors();
+    };
+    return *this;
+  }
+
+  /// Registers the second half: `fn(const Saved&, grads...)` with one grad per return
+  /// (`at::Tensor` for Tensor, `std::vector<at::Tensor>` for Tensor[], customop::NoGrad for
+  /// int/float/bool; undefined grads arrive as zeros). It returns customop::Grads by argument
+  /// name, a c10::IValue dict, or a typed aggregate with one field per Tensor-like argument.
+  /// The result is validated when backward returns, exactly as the reference does.
+  template <class F>
+  Op& impl_backward(F fn, OutputDifferentiability output_differentiability = {},
+                    std::source_location loc = std::source_location::current()) {
+    using Traits = detail::FunctionTraits<std::decay_t<F>>;
+    static_assert(Traits::known,
+                  "[customop] backward must be a function or a lambda with explicit parameter "
+                  "types (no auto): (const Saved&, grads...)");
+    using Params = typename Traits::args;
+    static_assert(std::tuple_size_v<Params> == 1 + kNumReturns,
+                  "[customop] backward takes the saved state then exactly one grad per return "
+                  "of the op");
+    using Saved = std::decay_t<std::tuple_element_t<0, Params>>;
+    using Inv = detail::BackwardInvocable<Returns, F, Saved>;
+    static_assert(Inv::value,
+                  "[customop] backward's grad parameters must be, per return: const "
+                  "at::Tensor& (Tensor), const std::vector<at::Tensor>& (Tensor[]), "
+                  "customop::NoGrad (int, float, bool)");
+    using R = typename Inv::result;
+    if constexpr (!std::is_same_v<R, Grads> && !std::is_same_v<R, c10::IValue>) {
+      static_assert(detail::check_typed_grads<Args, R>());
+    }
+    constexpr bool returns_ok = []<std::size_t... I>(std::index_sequence<I...>) {
+      return (detail::kReturnHasBackward<std::tuple_element_t<I, Returns>> && ...);
+    }(std::make_index_sequence<kNumReturns>{});
+    check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
+    note_backward(loc, output_differentiability.flags(), returns_ok);
+    backward_ = [this, fn = std::move(fn)](detail::SavedStateBase& base,
+                                           const std::vector<at::Tensor>& saved_tensors,
+                                           std::vector<at::Tensor>& grad_outputs,
+                                           std::vector<at::Tensor>& flat) mutable {
+      const auto& state = static_cast<const detail::SavedState<Saved>&>(base);
+      const Saved saved = state.restore(saved_tensors);
+      std::size_t k = 0, list = 0;
+      auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return std::tuple<typename detail::GradFor<std::tuple_element_t<I, Returns>>::type...>{
+            take_grad<std::tuple_element_t<I, Returns>>(grad_outputs, state, k, list)...};
+      }(std::make_index_sequence<kNumReturns>{});
+      R result = std::apply([&](auto&... g) { return fn(saved, g...); }, grads);
+      if constexpr (std::is_same_v<R, Grads>) {
+        grads_to_flat(result, state.info, flat);
+      } else if constexpr (std::is_same_v<R, c10::IValue>) {
+        ivalue_grads_to_flat(result, state.info, flat);
+      } else {
+        typed_grads_to_flat(result, state.info, flat);
+      }
+    };
+    return *this;
+  }
+
+  /// Both halves at once; here a mismatch between the Saved type save_for_backward returns
+  /// and the one backward takes is a compile error.
+  template <class S, class B>
+  Op& impl_autograd(S save, B backward, OutputDifferentiability output_differentiability = {},
+                    std::source_location loc = std::source_location::current()) {
+    using Saved = std::decay_t<std::invoke_result_t<S&, const Args&, const Ret&>>;
+    using Traits = detail::FunctionTraits<std::decay_t<B>>;
+    static_assert(Traits::known, "[customop] backward must have explicit parameter types");
+    static_assert(
+        std::is_same_v<Saved, std::decay_t<std::tuple_element_t<0, typename Traits::args>>>,
+        "[customop] backward's first parameter must be the type save_for_backward returns");
+    impl_save_for_backward(std::move(save), loc);
+    return impl_backward(std::move(backward), std::move(output_differentiability), loc);
+  }
+
+  /// Calls the op through the dispatcher (every dispatch key, autograd included).
+  /// Throws whatever the kernel or the autograd glue throws.
+  Ret operator()(const Args& args) const {
+    torch::jit::Stack stack;
+    stack.reserve(std::max(detail::kNumFields<Args>, kNumReturns));
+    detail::push_args(stack, args);
+    handle().callBoxed(stack);
+    return detail::pop_returns<Ret>(stack);
+  }
+
+  /// The args struct as the dispatcher's boxed arguments, in schema order.
+  static torch::jit::Stack to_stack(const Args& args) {
+    torch::jit::Stack stack;
+    detail::push_args(stack, args);
+    return stack;
+  }
+
+ private:
+  template <class A, class R>
+  friend Op<A, R>& define(std::string_view, std::source_location);
+  template <class A, class R>
+  friend Op<A, R>& wrap(std::string_view, std::source_location);
+  friend struct detail::GeneratedFunction<Args, Ret>;
+
+  Op(std::string_view schema, std::source_location loc)
+      : OpCore(schema, detail::field_infos<Args>(), kReturnKinds, loc) {}
+  Op(std::string_view name, std::source_location loc, bool wrap)
+      : OpCore(name, detail::field_infos<Args>(), kReturnKinds, loc, wrap) {}
+
+  void check_saved_type(const std::type_info& type, std::string_view type_name,
+                        const char* what, const std::source_location& loc) {
+    if (saved_type_ == nullptr) {
+      saved_type_ = &type;
+      saved_type_name_ = std::string(type_name);
+      saved_type_from_ = what;
+      return;
+    }
+    TORCH_CHECK_TYPE(*saved_type_ == type, name(), ": ", what, " at ", format_location(loc),
+                     " uses the saved-state type ", type_name, " but ", saved_type_from_,
+                     " uses ", saved_type_name_, "; both must use the same type");
+  }
+
+  template <class T>
+  static typename detail::GradFor<T>::type take_grad(std::vector<at::Tensor>& grads,
+                                                     const detail::SavedStateBase& state,
+                                                     std::size_t& k, std::size_t& list) {
+    if constexpr (std::is_same_v<T, at::Tensor>) {
+      return std::move(grads[k++]);
+    } else if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
+      const auto n = static_cast<std::size_t>(state.return_list_sizes[list++]);
+      std::vector<at::Tensor> out(std::make_move_iterator(grads.begin() + k),
+                                  std::make_move_iterator(grads.begin() + k + n));
+      k += n;
+      return out;
+    } else {
+      return NoGrad{};
+    }
+  }
+
+  template <class G>
+  void typed_grads_to_flat(G& grads, const detail::ArgsInfo& info,
+                           std::vector<at::Tensor>& flat) const {
+    std::size_t arg = 0;
+    boost::pfr::for_each_field(grads, [&](auto& g) {
+      while (info.counts[arg] == detail::ArgsInfo::kNotTensorLike) ++arg;
+      const auto& name = args()[arg].name;
+      const int32_t count = info.counts[arg];
+      using F = std::decay_t<decltype(g)>;
+      if constexpr (detail::TypedGradKind<F>::list) {
+        if (g.size() != static_cast<std::size_t>(count)) {
+          backward_error("for input '" + name +
+                         "' expected the grad_input dict to hold a list of " +
+                         std::to_string(count) + " gradients but got " + std::to_string(g.size()));
+        }
+        for (auto& t : g) {
+          if constexpr (std::is_same_v<F, std::vector<at::Tensor>>) {
+            flat.push_back(std::move(t));
+          } else {
+            flat.push_back(t.has_value() ? std::move(*t) : at::Tensor());
+          }
+        }
+      } else {
+        at::Tensor t;
+        if constexpr (std::is_same_v<F, at::Tensor>) {
+          t = std::move(g);
+        } else {
+          t = g.has_value() ? std::move(*g) : at::Tensor();
+        }
+        if (count == detail::ArgsInfo::kNone && t.defined()) {
+          backward_error("got a Tensor as the gradient for input '" + name +
+                         "' but expected None as the gradient because input '" + name +
+                         "' was not a Tensor (it was type NoneType).");
+        }
+        flat.push_back(std::move(t));
+      }
+      ++arg;
+    });
+  }
+
+  void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) override;
+
+  std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Ret&)> save_;
+  std::function<std::vector<at::Tensor>(detail::SavedStateBase&)> take_tensors_;
+  std::function<void(detail::SavedStateBase&, const std::vector<at::Tensor>&,
+                     std::vector<at::Tensor>&, std::vector<at::Tensor>&)>
+      backward_;
+  const std::type_info* saved_type_ = nullptr;
+  std::string saved_type_name_;
+  const char* saved_type_from_ = "";
+};
+
+namespace detail {
+
+/// What the generated Function's forward needs from the autograd kernel.
+template <class Args, class Ret>
+struct ForwardCall {
+  Op<Args, Ret>* op;
+  c10::DispatchKeySet ks;
+  torch::jit::Stack* stack;  // holds the args on entry, the outputs on exit
+  const Args* args;
+  Ret* result;
+  ArgsInfo info;
+};
+
+inline constexpr const char* kSavedStateKey = "customop";
+
+/// The autograd Function generated for every op with a formula (the reference's
+/// gen_autograd_function): forward redispatches below autograd and runs save_for_backward;
+/// backward runs the user's formula and validates its grads.
+template <class Args, class Ret>
+struct GeneratedFunction : torch::autograd::Function<GeneratedFunction<Args, Ret>> {
+  static std::vector<at::Tensor> forward(torch::autograd::AutogradContext* ctx,
+                                         ForwardCall<Args, Ret>* call, at::TensorList) {
+    ctx->set_materialize_grads(true);
+    auto& op = *call->op;
+    op.handle().redispatchBoxed(call->ks & c10::after_autograd_keyset, call->stack);
+    std::vector<at::Tensor> non_differentiable;
+    op.non_differentiable_outputs(*call->stack, non_differentiable);
+    *call->result = pop_returns<Ret>(*call->stack);
+
+    auto state = op.save_(*call->args, *call->result);
+    state->info = std::move(call->info);
+    state->op = static_cast<OpCore*>(&op);
+    std::vector<at::Tensor> outputs;
+    auto collect = [&](const auto& r) {
+      using T = std::decay_t<decltype(r)>;
+      if constexpr (std::is_same_v<T, at::Tensor>) {
+        outputs.push_back(r);
+      } else if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
+        state->return_list_sizes.push_back(static_cast<int32_t>(r.size()));
+        outputs.insert(outputs.end(), r.begin(), r.end());
+      }
+    };
+    if constexpr (IsTuple<Ret>::value) {
+      std::apply([&](const auto&... r) { (collect(r), ...); }, *call->result);
+    } else {
+      collect(*call->result);
+    }
+    ctx->save_for_backward(op.take_tensors_(*state));
+    ctx->saved_data[kSavedStateKey] =
+        c10::IValue::make_capsule(c10::intrusive_ptr<torch::CustomClassHolder>(std::move(state)));
+    if (!non_differentiable.empty()) ctx->mark_non_differentiable(non_differentiable);
+    return outputs;
+  }
+
+  static std::vector<at::Tensor> backward(torch::autograd::AutogradContext* ctx,
+                                          std::vector<at::Tensor> grad_outputs) {
+    auto holder = ctx->saved_data.at(kSavedStateKey).toCapsule();
+    auto& state = static_cast<SavedStateBase&>(*holder);
+    auto* op = static_cast<Op<Args, Ret>*>(static_cast<OpCore*>(state.op));
+    const auto saved_tensors = ctx->get_saved_variables();
+    std::vector<at::Tensor> grads;
+    grads.emplace_back();  // for the ForwardCall* argument of forward
+    op->backward_(state, saved_tensors, grad_outputs, grads);
+    return grads;
+  }
+};
+
+}  // namespace detail
+
+template <class Args, class Ret>
+void Op<Args, Ret>::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/false);
+  detail::ForwardCall<Args, Ret> call{this, ks, stack, &args, nullptr, {}};
+  collect_args_info(*stack, call.info);
+  std::vector<at::Tensor> flat;
+  boost::pfr::for_each_field(args, [&](const auto& field) {
+    using F = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<F, at::Tensor>) {
+      flat.push_back(field);
+    } else if constexpr (std::is_same_v<F, std::optional<at::Tensor>>) {
+      flat.push_back(field.has_value() ? *field : at::Tensor());
+    } else if constexpr (std::is_same_v<F, std::vector<at::Tensor>>) {
+      flat.insert(flat.end(), field.begin(), field.end());
+    }
+  });
+  Ret result{};
+  call.result = &result;
+  auto outputs = detail::GeneratedFunction<Args, Ret>::apply(&call, at::TensorList(flat));
+  // Hand back the autograd-wrapped tensors in place of the raw ones.
+  std::size_t k = 0;
+  auto replace = [&](auto& r) {
+    using T = std::decay_t<decltype(r)>;
+    if constexpr (std::is_same_v<T, at::Tensor>) {
+      r = outputs[k++];
+    } else if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
+      for (auto& t : r) t = outputs[k++];
+    }
+  };
+  if constexpr (detail::IsTuple<Ret>::value) {
+    std::apply([&](auto&... r) { (replace(r), ...); }, result);
+  } else {
+    replace(result);
+  }
+  detail::push_returns(*stack, std::move(result));
+}
+
+/// Defines the op `schema` ("ns::name(Tensor x, float alpha) -> Tensor") with the named
+/// arguments of `Args` and the C++ return type `Ret`, and registers it with the dispatcher
+/// (visible as torch.ops.ns.name). Rules of the reference: functional only (no mutation,
+/// no alias returns, at least one return), no overload name, no argument named self, no
+/// reserved namespace (aten, prim, prims, at, torch, pytorch) and no '.' in the namespace.
+/// Unsupported field types and non-aggregate args structs are compile errors; field count
+/// and types are checked against the schema here.
+/// Throws c10::Error naming the op when the schema does not parse, breaks a rule, does not
+/// match Args/Ret (naming field index, argument, expected and actual C++ type), or the op is
+/// already defined (naming the first definition's file:line).
+template <class Args, class Ret = at::Tensor>
+Op<Args, Ret>& define(std::string_view schema,
+                      std::source_location loc = std::source_location::current()) {
+  auto op = std::unique_ptr<Op<Args, Ret>>(new Op<Args, Ret>(schema, loc));
+  return static_cast<Op<Args, Ret>&>(register_op(std::move(op)));
+}
+
+/// Adopts an op already defined with plain TORCH_LIBRARY, so customop can add kernels and a
+/// backward formula. Registering a formula is refused if the op already has an Autograd,
+/// AutogradCPU, AutogradCUDA or CompositeImplicitAutograd kernel (the message names the key).
+template <class Args, class Ret = at::Tensor>
+Op<Args, Ret>& wrap(std::string_view qualified_name,
+                    std::source_location loc = std::source_location::current()) {
+  auto op = std::unique_ptr<Op<Args, Ret>>(new Op<Args, Ret>(qualified_name, loc, true));
+  return static_cast<Op<Args, Ret>&>(register_op(std::move(op)));
+}
+
+}  // namespace customop

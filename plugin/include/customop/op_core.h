@@ -1,0 +1,170 @@
+#pragma once
+/// \file
+/// `customop::OpCore`: the part of an op that does not depend on its args struct: the parsed
+/// schema, the dispatcher registration, the kernel table per device, the autograd kernel
+/// indirection, and the checks of the reference (PyTorch's legacy CustomOp API).
+
+#include <customop/arg_types.h>
+#include <customop/grads.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torch {
+class Library;
+}  // namespace torch
+
+namespace customop {
+
+/// One argument of an op's schema, in schema order (kw-only arguments included).
+struct ArgSpec {
+  std::string name;  ///< schema argument name == args-struct field name
+  ArgKind kind;      ///< what it is
+  std::string type;  ///< schema spelling, e.g. "Tensor?"
+};
+
+/// "file:line" of a source location.
+std::string format_location(const std::source_location& loc);
+
+namespace detail {
+
+/// The args-struct side of the schema check: kind and C++ spelling of field i.
+struct FieldInfo {
+  ArgKind kind;
+  std::string_view cpp_name;
+};
+
+/// What one call's tensor-like arguments looked like (the reference's `args_info`), kept for
+/// validating the grads backward returns. One entry per schema argument.
+struct ArgsInfo {
+  static constexpr int32_t kNotTensorLike = -1;
+  static constexpr int32_t kNone = -2;  // a Tensor? argument that was None
+  // kNotTensorLike, kNone, or the number of tensors the argument contributed (1, or the
+  // length of a Tensor[]).
+  c10::SmallVector<int32_t, 8> counts;
+};
+
+using BoxedKernel = std::function<void(torch::jit::Stack*)>;
+
+struct KernelEntry {
+  BoxedKernel fn;
+  std::source_location loc;
+};
+
+}  // namespace detail
+
+/// The schema-level state of a customop op; `Op<Args, Ret>` adds the typed parts.
+/// Thread-safety: register kernels and formulas before calling the op from several threads.
+class OpCore {
+ public:
+  virtual ~OpCore();
+  OpCore(const OpCore&) = delete;
+  OpCore& operator=(const OpCore&) = delete;
+
+  /// Qualified name, "ns::name".
+  const std::string& name() const { return name_; }
+  const c10::FunctionSchema& schema() const { return schema_; }
+  /// Dispatcher handle; valid once the op is registered.
+  const c10::OperatorHandle& handle() const { return *handle_; }
+  const std::vector<ArgSpec>& args() const { return args_; }
+  const std::vector<ArgKind>& returns() const { return returns_; }
+  /// Where `define` (or `wrap`) was called.
+  const std::source_location& location() const { return loc_; }
+
+  bool has_kernel(c10::DeviceType device) const;
+  /// True when both save_for_backward and backward are registered.
+  bool has_autograd() const { return save_loc_.has_value() && backward_loc_.has_value(); }
+  const std::optional<std::vector<bool>>& output_differentiability() const {
+    return output_differentiability_;
+  }
+
+ protected:
+  /// Parses and validates `schema_text` (the reference's rules) and checks the args-struct
+  /// fields and the C++ return kinds against it. Throws c10::Error naming the op.
+  OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> fields,
+         std::span<const ArgKind> return_kinds, std::source_location loc);
+  /// Adopts an op defined elsewhere (plain TORCH_LIBRARY): `qualified_name` must exist.
+  OpCore(std::string_view qualified_name, std::span<const detail::FieldInfo> fields,
+         std::span<const ArgKind> return_kinds, std::source_location loc, bool /*wrap*/);
+
+  void set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
+  void note_save_for_backward(std::source_location loc);
+  void note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
+                     bool returns_backward_ok);
+
+  /// The typed part of the autograd kernel: runs the generated autograd Function.
+  virtual void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) = 0;
+
+  /// Throws the reference's backward-time error: "In the backward function defined for <op>
+  /// at <file:line> using the CustomOp API, <what>".
+  [[noreturn]] void backward_error(const std::string& what) const;
+  /// Validates grads returned by name exactly as the reference does, then appends them in
+  /// schema order (one tensor per flat tensor input, undefined for None) to `flat`.
+  void grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
+                     std::vector<at::Tensor>& flat) const;
+  /// Same for a backward that returned a dynamic c10::IValue (must be a Dict[str, ...]).
+  void ivalue_grads_to_flat(const c10::IValue& grads, const detail::ArgsInfo& info,
+                            std::vector<at::Tensor>& flat) const;
+  /// Fills the tensor-like counts of `info` from the args on top of `stack`.
+  void collect_args_info(const torch::jit::Stack& stack, detail::ArgsInfo& info) const;
+  /// Forward-time output_differentiability: throws for a non-tensor return marked
+  /// differentiable; appends the outputs to mark non-differentiable.
+  void non_differentiable_outputs(const torch::jit::Stack& outputs,
+                                  std::vector<at::Tensor>& out) const;
+  std::string backward_location() const;
+
+ private:
+  friend OpCore& register_op(std::unique_ptr<OpCore> op);
+  friend struct AutogradKernel;
+  friend struct DeviceKernel;
+  void register_with_dispatcher();
+  void install_autograd_indirection();
+  void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                       torch::jit::Stack* stack);
+  void device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
+  void init_from_schema(std::span<const detail::FieldInfo> fields,
+                        std::span<const ArgKind> return_kinds);
+
+  std::string name_;
+  std::string ns_;
+  c10::FunctionSchema schema_;
+  std::vector<ArgSpec> args_;
+  std::vector<ArgKind> returns_;
+  std::source_location loc_;
+  bool wrapped_ = false;
+  std::optional<c10::OperatorHandle> handle_;
+  std::vector<std::unique_ptr<torch::Library>> libraries_;
+  // Kernels per device: written at registration, read on every call.
+  std::atomic<const detail::KernelEntry*> cpu_kernel_{nullptr};
+  std::atomic<const detail::KernelEntry*> cuda_kernel_{nullptr};
+  std::vector<std::unique_ptr<detail::KernelEntry>> kernel_storage_;
+  bool autograd_indirection_installed_ = false;
+  bool device_indirection_installed_[2] = {false, false};
+  std::optional<std::source_location> save_loc_;
+  std::optional<std::source_location> backward_loc_;
+  std::optional<std::vector<bool>> output_differentiability_;
+  size_t num_tensor_like_args_ = 0;
+};
+
+/// Registers `op` with the dispatcher and the customop registry; refuses a second definition
+/// of the same name, naming where the first one was made.
+OpCore& register_op(std::unique_ptr<OpCore> op);
+
+/// All ops defined or wrapped through customop in this process, in definition order.
+std::vector<const OpCore*> registered_ops();
+/// The op called `qualified_name` ("ns::name"), or nullptr.
+const OpCore* find_op(std::string_view qualified_name);
+
+}  // namespace customop

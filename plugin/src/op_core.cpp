@@ -1,0 +1,677 @@
+#include <customop/op_core.h>
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+namespace customop {
+
+std::string format_location(const std::source_location& loc) {
+  std::string file = loc.file_name();
+  return file + ":" + std::to_string(loc.line());
+}
+
+std::string_view schema_type_name(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kTensor: return "Tensor";
+    case ArgKind::kOptionalTensor: return "Tensor?";
+    case ArgKind::kTensorList: return "Tensor[]";
+    case ArgKind::kInt: return "int";
+    case ArgKind::kOptionalInt: return "int?";
+    case ArgKind::kFloat: return "float";
+    case ArgKind::kOptionalFloat: return "float?";
+    case ArgKind::kBool: return "bool";
+    case ArgKind::kOptionalBool: return "bool?";
+    case ArgKind::kStr: return "str";
+    case ArgKind::kOptionalStr: return "str?";
+    case ArgKind::kIntList: return "int[]";
+    case ArgKind::kFloatList: return "float[]";
+    case ArgKind::kBoolList: return "bool[]";
+    case ArgKind::kScalar: return "Scalar";
+    case ArgKind::kOptionalScalar: return "Scalar?";
+    case ArgKind::kScalarType: return "ScalarType";
+    case ArgKind::kOptionalScalarType: return "ScalarType?";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string_view cpp_type_for(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kTensor: return "at::Tensor";
+    case ArgKind::kOptionalTensor: return "std::optional<at::Tensor>";
+    case ArgKind::kTensorList: return "std::vector<at::Tensor>";
+    case ArgKind::kInt: return "int64_t";
+    case ArgKind::kOptionalInt: return "std::optional<int64_t>";
+    case ArgKind::kFloat: return "double";
+    case ArgKind::kOptionalFloat: return "std::optional<double>";
+    case ArgKind::kBool: return "bool";
+    case ArgKind::kOptionalBool: return "std::optional<bool>";
+    case ArgKind::kStr: return "std::string";
+    case ArgKind::kOptionalStr: return "std::optional<std::string>";
+    case ArgKind::kIntList: return "std::vector<int64_t>";
+    case ArgKind::kFloatList: return "std::vector<double>";
+    case ArgKind::kBoolList: return "std::vector<bool>";
+    case ArgKind::kScalar: return "c10::Scalar";
+    case ArgKind::kOptionalScalar: return "std::optional<c10::Scalar>";
+    case ArgKind::kScalarType: return "c10::ScalarType";
+    case ArgKind::kOptionalScalarType: return "std::optional<c10::ScalarType>";
+  }
+  return "?";
+}
+
+// The op name as the user wrote it, for errors raised before the schema parses.
+std::string name_prefix(std::string_view text) {
+  auto paren = text.find('(');
+  std::string_view head = text.substr(0, paren);
+  while (!head.empty() && std::isspace(static_cast<unsigned char>(head.back()))) {
+    head.remove_suffix(1);
+  }
+  while (!head.empty() && std::isspace(static_cast<unsigned char>(head.front()))) {
+    head.remove_prefix(1);
+  }
+  return head.empty() ? std::string("<unnamed op>") : std::string(head);
+}
+
+c10::FunctionSchema parse_or_throw(std::string_view text) {
+  try {
+    return torch::jit::parseSchema(std::string(text), /*allow_typevars=*/false);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, name_prefix(text), ": the schema does not parse: \"", text,
+                      "\": ", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    TORCH_CHECK_VALUE(false, name_prefix(text), ": the schema does not parse: \"", text,
+                      "\": ", e.what());
+  }
+}
+
+std::optional<ArgKind> kind_of_type(const c10::TypePtr& type) {
+  using K = c10::TypeKind;
+  switch (type->kind()) {
+    case K::TensorType: return ArgKind::kTensor;
+    case K::IntType: return ArgKind::kInt;
+    case K::FloatType: return ArgKind::kFloat;
+    case K::BoolType: return ArgKind::kBool;
+    case K::StringType: return ArgKind::kStr;
+    case K::NumberType: return ArgKind::kScalar;
+    case K::ScalarTypeType: return ArgKind::kScalarType;
+    case K::OptionalType: {
+      auto elem = type->castRaw<c10::OptionalType>()->getElementType();
+      switch (elem->kind()) {
+        case K::TensorType: return ArgKind::kOptionalTensor;
+        case K::IntType: return ArgKind::kOptionalInt;
+        case K::FloatType: return ArgKind::kOptionalFloat;
+        case K::BoolType: return ArgKind::kOptionalBool;
+        case K::StringType: return ArgKind::kOptionalStr;
+        case K::NumberType: return ArgKind::kOptionalScalar;
+        case K::ScalarTypeType: return ArgKind::kOptionalScalarType;
+        default: return std::nullopt;
+      }
+    }
+    case K::ListType: {
+      auto elem = type->castRaw<c10::ListType>()->getElementType();
+      switch (elem->kind()) {
+        case K::TensorType: return ArgKind::kTensorList;
+        case K::IntType: return ArgKind::kIntList;
+        case K::FloatType: return ArgKind::kFloatList;
+        case K::BoolType: return ArgKind::kBoolList;
+        default: return std::nullopt;
+      }
+    }
+    default: return std::nullopt;
+  }
+}
+
+bool is_reserved_namespace(std::string_view ns) {
+  static constexpr std::string_view kReserved[] = {"prim", "prims", "aten", "at", "torch",
+                                                   "pytorch"};
+  return std::find(std::begin(kReserved), std::end(kReserved), ns) != std::end(kReserved);
+}
+
+std::string ivalue_type_name(const c10::IValue& v) {
+  if (v.isNone()) return "NoneType";
+  if (v.isTensor()) return "Tensor";
+  if (v.isInt()) return "int";
+  if (v.isDouble()) return "float";
+  if (v.isBool()) return "bool";
+  if (v.isString()) return "str";
+  if (v.isTensorList()) return "List[Tensor]";
+  if (v.isList()) return "list";
+  if (v.isGenericDict()) return "dict";
+  if (v.isTuple()) return "tuple";
+  return v.tagKind();
+}
+
+std::string join_keys(const std::set<std::string>& keys) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& k : keys) {
+    out += (first ? "'" : ", '") + k + "'";
+    first = false;
+  }
+  return out + "}";
+}
+
+const char* device_name(c10::DeviceType d) { return d == c10::DeviceType::CUDA ? "CUDA" : "CPU"; }
+
+}  // namespace
+
+OpCore::~OpCore() = default;
+
+OpCore::OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> fields,
+               std::span<const ArgKind> return_kinds, std::source_location loc)
+    : schema_(parse_or_throw(schema_text)), loc_(loc) {
+  const auto& op_name = schema_.operator_name();
+  name_ = op_name.name;
+  auto sep = name_.find("::");
+  TORCH_CHECK_VALUE(sep != std::string::npos && sep > 0 && sep + 2 < name_.size(), name_,
+                    ": expected a qualified name \"namespace::name\" in the schema \"",
+                    schema_text, "\"");
+  ns_ = name_.substr(0, sep);
+  TORCH_CHECK_VALUE(op_name.overload_name.empty(), name_, ".", op_name.overload_name,
+                    ": overloads are not supported; give the op its own name instead of the "
+                    "overload name '", op_name.overload_name, "'");
+  TORCH_CHECK_VALUE(ns_.find('.') == std::string::npos, name_, ": the namespace '", ns_,
+                    "' contains a '.'; namespaces must be plain identifiers");
+  TORCH_CHECK_VALUE(!is_reserved_namespace(ns_), name_, ": the namespace '", ns_,
+                    "' is reserved for PyTorch; choose your own namespace");
+  for (const auto& a : schema_.arguments()) {
+    TORCH_CHECK_VALUE(a.name() != "self", name_,
+                      ": an argument is named 'self'; that name is reserved, please rename it");
+    const auto* alias = a.alias_info();
+    TORCH_CHECK_VALUE(alias == nullptr || !alias->isWrite(), name_,
+                      ": the schema mutates argument '", a.name(),
+                      "'; only functional ops are supported (no in-place or out= arguments)");
+  }
+  TORCH_CHECK_VALUE(!schema_.returns().empty(), name_,
+                    ": the schema returns nothing; only functional ops that return a value are "
+                    "supported");
+  for (const auto& r : schema_.returns()) {
+    TORCH_CHECK_VALUE(r.alias_info() == nullptr, name_,
+                      ": the schema returns an alias or view of an input; only functional ops "
+                      "are supported");
+  }
+  TORCH_CHECK_VALUE(!schema_.is_mutable(), name_,
+                    ": the schema is mutable; only functional ops are supported");
+  init_from_schema(fields, return_kinds);
+}
+
+OpCore::OpCore(std::string_view qualified_name, std::span<const detail::FieldInfo> fields,
+               std::span<const ArgKind> return_kinds, std::source_location loc, bool /*wrap*/)
+    : schema_([&] {
+        auto h = c10::Dispatcher::singleton().findSchema({std::string(qualified_name), ""});
+        TORCH_CHECK_VALUE(h.has_value(), qualified_name,
+                          ": customop::wrap found no operator of that name; define it with "
+                          "TORCH_LIBRARY first (and load its library)");
+        return h->schema();
+      }()),
+      loc_(loc),
+      wrapped_(true) {
+  name_ = std::string(qualified_name);
+  ns_ = name_.substr(0, name_.find("::"));
+  handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(name_.c_str(), "");
+  init_from_schema(fields, return_kinds);
+}
+
+void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
+                              std::span<const ArgKind> return_kinds) {
+  const auto& sargs = schema_.arguments();
+  std::string arg_list;
+  for (size_t i = 0; i < sargs.size(); ++i) {
+    arg_list += (i ? ", " : "") + sargs[i].name();
+  }
+  TORCH_CHECK_VALUE(fields.size() == sargs.size(), name_, ": the args struct has ",
+                    fields.size(), " fields but the schema has ", sargs.size(),
+                    " arguments (", arg_list,
+                    "); the args struct needs one field per argument, in schema order");
+  for (size_t i = 0; i < sargs.size(); ++i) {
+    auto kind = kind_of_type(sargs[i].real_type());
+    TORCH_CHECK_VALUE(kind.has_value(), name_, ": argument '", sargs[i].name(),
+                      "' has the schema type ", sargs[i].real_type()->str(),
+                      ", which customop does not support (see customop/arg_types.h)");
+    TORCH_CHECK_TYPE(*kind == fields[i].kind, name_, ": args struct field ", i,
+                     " (schema argument '", sargs[i].name(), "' of type ",
+                     schema_type_name(*kind), ") must have C++ type ", cpp_type_for(*kind),
+                     ", but the args struct has ", fields[i].cpp_name);
+    args_.push_back({sargs[i].name(), *kind, std::string(schema_type_name(*kind))});
+    if (is_tensor_like(*kind)) ++num_tensor_like_args_;
+  }
+  const auto& srets = schema_.returns();
+  TORCH_CHECK_TYPE(srets.size() == return_kinds.size(), name_, ": the schema has ",
+                   srets.size(), " returns but the C++ return type (Ret) has ",
+                   return_kinds.size(), "; use std::tuple<...> with one element per return");
+  for (size_t i = 0; i < srets.size(); ++i) {
+    auto kind = kind_of_type(srets[i].real_type());
+    bool ok = kind.has_value() && (*kind == ArgKind::kTensor || *kind == ArgKind::kTensorList ||
+                                   *kind == ArgKind::kInt || *kind == ArgKind::kFloat ||
+                                   *kind == ArgKind::kBool);
+    TORCH_CHECK_TYPE(ok, name_, ": return ", i, " has the schema type ",
+                     srets[i].real_type()->str(),
+                     "; customop ops return Tensor, Tensor[], int, float or bool");
+    TORCH_CHECK_TYPE(*kind == return_kinds[i], name_, ": return ", i, " is ",
+                     schema_type_name(*kind), " in the schema, so Ret element ", i,
+                     " must be ", cpp_type_for(*kind), ", but it is ",
+                     cpp_type_for(return_kinds[i]));
+    returns_.push_back(*kind);
+  }
+}
+
+// ---- dispatcher registration -------------------------------------------------------------
+
+struct DeviceKernel final : c10::OperatorKernel {
+  DeviceKernel(OpCore* op, c10::DeviceType device) : op_(op), device_(device) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    op_->device_kernel(device_, stack);
+  }
+  OpCore* op_;
+  c10::DeviceType device_;
+};
+
+struct AutogradKernel final : c10::OperatorKernel {
+  explicit AutogradKernel(OpCore* op) : op_(op) {}
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) {
+    op_->autograd_kernel(h, ks, stack);
+  }
+  OpCore* op_;
+};
+
+namespace {
+std::string unqualified(const std::string& name) { return name.substr(name.find("::") + 2); }
+
+std::unique_ptr<torch::Library> make_fragment(const std::string& ns,
+                                              const std::source_location& loc) {
+  return std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns, std::nullopt,
+                                          loc.file_name(), loc.line());
+}
+
+c10::DispatchKey dispatch_key_for(c10::DeviceType d) {
+  return d == c10::DeviceType::CUDA ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
+}
+}  // namespace
+
+void OpCore::register_with_dispatcher() {
+  auto lib = make_fragment(ns_, loc_);
+  std::ostringstream schema_text;
+  schema_text << schema_;
+  lib->def(schema_text.str().c_str());
+  handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(name_.c_str(), "");
+  for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+    lib->impl(unqualified(name_).c_str(),
+              torch::dispatch(dispatch_key_for(device),
+                              torch::CppFunction::makeFromBoxedFunctor(
+                                  std::make_unique<DeviceKernel>(this, device))));
+    device_indirection_installed_[device == c10::DeviceType::CUDA] = true;
+  }
+  libraries_.push_back(std::move(lib));
+  install_autograd_indirection();
+}
+
+void OpCore::install_autograd_indirection() {
+  if (autograd_indirection_installed_) return;
+  auto lib = make_fragment(ns_, loc_);
+  lib->impl(unqualified(name_).c_str(),
+            torch::dispatch(c10::DispatchKey::Autograd,
+                            torch::CppFunction::makeFromBoxedFunctor(
+                                std::make_unique<AutogradKernel>(this))));
+  libraries_.push_back(std::move(lib));
+  autograd_indirection_installed_ = true;
+}
+
+// ---- kernels -----------------------------------------------------------------------------
+
+bool OpCore::has_kernel(c10::DeviceType device) const {
+  return (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_).load() != nullptr;
+}
+
+void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn,
+                        std::source_location loc) {
+  TORCH_CHECK_VALUE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA, name_,
+                    ": impl() takes c10::DeviceType::CPU or c10::DeviceType::CUDA, got ",
+                    c10::DeviceTypeName(device), " (at ", format_location(loc), ")");
+  auto& slot = device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_;
+  if (const auto* first = slot.load()) {
+    TORCH_CHECK(false, name_, ": a ", device_name(device), " impl is already registered at ",
+                format_location(first->loc), "; the second one at ", format_location(loc),
+                " is refused (one impl per device)");
+  }
+  const bool is_cuda = device == c10::DeviceType::CUDA;
+  if (!device_indirection_installed_[is_cuda]) {
+    TORCH_CHECK(!handle_->hasKernelForDispatchKey(dispatch_key_for(device)), name_,
+                ": already has a ", device_name(device),
+                " kernel registered outside customop (", handle_->debug(),
+                "); the impl at ", format_location(loc), " is refused");
+    auto lib = make_fragment(ns_, loc);
+    lib->impl(unqualified(name_).c_str(),
+              torch::dispatch(dispatch_key_for(device),
+                              torch::CppFunction::makeFromBoxedFunctor(
+                                  std::make_unique<DeviceKernel>(this, device))));
+    libraries_.push_back(std::move(lib));
+    device_indirection_installed_[is_cuda] = true;
+  }
+  kernel_storage_.push_back(std::make_unique<detail::KernelEntry>(
+      detail::KernelEntry{std::move(fn), loc}));
+  slot.store(kernel_storage_.back().get());
+}
+
+void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
+  const auto* entry =
+      (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_).load(std::memory_order_acquire);
+  TORCH_CHECK_NOT_IMPLEMENTED(entry != nullptr, name_, ": no ", device_name(device),
+                              " impl registered. Register one with op.impl(c10::DeviceType::",
+                              device_name(device),
+                              ", kernel) (customop/op.h) before calling the op on ",
+                              device_name(device), " tensors");
+  entry->fn(stack);
+}
+
+// ---- autograd ----------------------------------------------------------------------------
+
+namespace {
+void check_no_library_autograd_kernel(const std::string& name, const c10::OperatorHandle& h,
+                                      const std::source_location& loc) {
+  TORCH_CHECK(!h.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd), name,
+              ": already has a CompositeImplicitAutograd kernel registered outside customop (",
+              h.debug(), "); its autograd comes from that decomposition, so the backward "
+              "formula at ", format_location(loc), " is refused. Register it for "
+              "CompositeExplicitAutograd or per device instead");
+  for (auto key : {c10::DispatchKey::Autograd, c10::DispatchKey::AutogradCPU,
+                   c10::DispatchKey::AutogradCUDA}) {
+    TORCH_CHECK(!h.hasKernelForDispatchKey(key), name, ": already has an ", key,
+                " kernel registered outside customop (", h.debug(),
+                "); the backward formula at ", format_location(loc),
+                " is refused. Remove that registration to use customop's autograd glue");
+  }
+}
+}  // namespace
+
+void OpCore::note_save_for_backward(std::source_location loc) {
+  TORCH_CHECK(!save_loc_.has_value(), name_, ": save_for_backward is already registered at ",
+              format_location(*save_loc_), "; the second one at ", format_location(loc),
+              " is refused");
+  if (!autograd_indirection_installed_) {
+    check_no_library_autograd_kernel(name_, *handle_, loc);
+    install_autograd_indirection();
+  }
+  save_loc_ = loc;
+}
+
+void OpCore::note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
+                           bool returns_backward_ok) {
+  TORCH_CHECK(!backward_loc_.has_value(), name_, ": backward is already registered at ",
+              format_location(*backward_loc_), "; the second one at ", format_location(loc),
+              " is refused");
+  TORCH_CHECK_TYPE(returns_backward_ok, name_,
+                   ": cannot register a backward formula: every return must be Tensor, "
+                   "Tensor[], int, float or bool");
+  if (output_diff.has_value()) {
+    TORCH_CHECK_VALUE(output_diff->size() == returns_.size(), name_,
+                      ": output_differentiability has ", output_diff->size(),
+                      " entries but the op has ", returns_.size(),
+                      " returns; give one bool per return (at ", format_location(loc), ")");
+  }
+  if (!autograd_indirection_installed_) {
+    check_no_library_autograd_kernel(name_, *handle_, loc);
+    install_autograd_indirection();
+  }
+  output_differentiability_ = std::move(output_diff);
+  backward_loc_ = loc;
+}
+
+std::string OpCore::backward_location() const {
+  return backward_loc_ ? format_location(*backward_loc_) : std::string("<unknown>");
+}
+
+void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                             torch::jit::Stack* stack) {
+  if (save_loc_.has_value() && backward_loc_.has_value()) {
+    run_autograd(ks, stack);
+    return;
+  }
+  if (save_loc_.has_value() || backward_loc_.has_value()) {
+    const bool have_backward = backward_loc_.has_value();
+    const char* found = have_backward ? "backward" : "save_for_backward";
+    const char* missing = have_backward ? "save_for_backward" : "backward";
+    TORCH_CHECK(false, "We found a '", found, "' registration for ", name_, " at ",
+                format_location(have_backward ? *backward_loc_ : *save_loc_),
+                " but were unable to find a '", missing,
+                "' registration. To use the CustomOp API to register a backward formula, "
+                "please provide us both a backward function and a 'save for backward' "
+                "function via `impl_backward` and `impl_save_for_backward` respectively.");
+  }
+  // Autograd not implemented: an error only when a gradient could be asked for.
+  if (at::GradMode::is_enabled()) {
+    const size_t n = schema_.arguments().size();
+    for (size_t i = 0; i < n; ++i) {
+      const auto& v = (*stack)[stack->size() - n + i];
+      bool requires_grad = false;
+      if (v.isTensor()) {
+        requires_grad = v.toTensor().defined() && v.toTensor().requires_grad();
+      } else if (v.isTensorList()) {
+        for (const at::Tensor t : v.toTensorList()) {
+          requires_grad = requires_grad || (t.defined() && t.requires_grad());
+        }
+      }
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          !requires_grad, "Autograd has not been implemented for operator ", name_,
+          " (argument '", schema_.arguments()[i].name(),
+          "' requires grad). Register a formula with impl_save_for_backward and "
+          "impl_backward, or call the op under torch::NoGradGuard");
+    }
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+}
+
+void OpCore::collect_args_info(const torch::jit::Stack& stack, detail::ArgsInfo& info) const {
+  const size_t n = args_.size();
+  info.counts.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = stack[stack.size() - n + i];
+    switch (args_[i].kind) {
+      case ArgKind::kTensor: info.counts[i] = 1; break;
+      case ArgKind::kOptionalTensor:
+        info.counts[i] = (v.isNone() || !v.toTensor().defined()) ? detail::ArgsInfo::kNone : 1;
+        break;
+      case ArgKind::kTensorList:
+        info.counts[i] = static_cast<int32_t>(v.toTensorList().size());
+        break;
+      default: info.counts[i] = detail::ArgsInfo::kNotTensorLike; break;
+    }
+  }
+}
+
+void OpCore::non_differentiable_outputs(const torch::jit::Stack& outputs,
+                                        std::vector<at::Tensor>& out) const {
+  if (!output_differentiability_) return;
+  const auto& od = *output_differentiability_;
+  for (size_t i = 0; i < od.size(); ++i) {
+    const auto& v = outputs[outputs.size() - od.size() + i];
+    if (v.isTensor()) {
+      if (!od[i]) out.push_back(v.toTensor());
+      continue;
+    }
+    if (v.isTensorList()) {
+      if (!od[i]) {
+        for (const auto& t : v.toTensorList()) out.push_back(t);
+      }
+      continue;
+    }
+    if (od[i]) {
+      std::string list = "[";
+      for (size_t j = 0; j < od.size(); ++j) list += (j ? ", " : "") + std::string(od[j] ? "True" : "False");
+      TORCH_CHECK(false, name_, ": With output_differentiability=", list, "]. At idx ", i,
+                  ", we received an object of type ", ivalue_type_name(v),
+                  " that is not a Tensor, so it cannot be marked as differentiable in "
+                  "output_differentiability.");
+    }
+  }
+}
+
+void OpCore::backward_error(const std::string& what) const {
+  TORCH_CHECK(false, "In the backward function defined for ", name_, " at ",
+              backward_location(), " using the CustomOp API, ", what);
+}
+
+void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
+                           std::vector<at::Tensor>& flat) const {
+  std::set<std::string> expected;
+  for (const auto& a : args_) {
+    if (is_tensor_like(a.kind)) expected.insert(a.name);
+  }
+  std::set<std::string> actual;
+  for (const auto& e : grads.entries()) {
+    if (!actual.insert(e.name).second) {
+      backward_error("the returned grads hold input '" + e.name +
+                     "' twice; return one gradient per input");
+    }
+  }
+  if (expected != actual) {
+    backward_error("expected the returned grad_input dict to have keys " + join_keys(expected) +
+                   " but got " + join_keys(actual) +
+                   ". The backward function must return a gradient (can be None) for each arg "
+                   "to the CustomOp that may be a Tensor or Sequence[Tensor]. Args declared to "
+                   "be non-Tensor-like types should not appear in the grad_input dict");
+  }
+  // Each entry is checked in the order backward returned it, as the reference does.
+  std::vector<const c10::IValue*> by_arg(args_.size(), nullptr);
+  for (const auto& e : grads.entries()) {
+    size_t idx = 0;
+    while (args_[idx].name != e.name) ++idx;
+    by_arg[idx] = &e.value;
+    const auto& g = e.value;
+    const int32_t count = info.counts[idx];
+    if (args_[idx].kind == ArgKind::kTensorList) {
+      if (!g.isList()) {
+        backward_error("for input '" + e.name +
+                       "' expected the grad_input dict to hold a list of gradients but got "
+                       "object of type " + ivalue_type_name(g) + ".");
+      }
+      const size_t got = g.isTensorList() ? g.toTensorList().size() : g.toListRef().size();
+      if (got != static_cast<size_t>(count)) {
+        backward_error("for input '" + e.name + "' expected the grad_input dict to hold a list of " +
+                       std::to_string(count) + " gradients but got " + std::to_string(got));
+      }
+      if (!g.isTensorList()) {
+        const auto& elems = g.toListRef();
+        for (size_t k = 0; k < elems.size(); ++k) {
+          if (!elems[k].isNone() && !elems[k].isTensor()) {
+            backward_error("for input '" + e.name +
+                           "' expected the grad_input dict to hold a list of None or Tensor "
+                           "gradients but got object of " + ivalue_type_name(elems[k]) +
+                           " at index " + std::to_string(k));
+          }
+        }
+      }
+      continue;
+    }
+    if (g.isNone() || (g.isTensor() && !g.toTensor().defined())) continue;
+    if (!g.isTensor()) {
+      backward_error("got object of type " + ivalue_type_name(g) +
+                     " as the gradient for input '" + e.name +
+                     "', but expected the gradient to be either None or a Tensor");
+    }
+    if (count == detail::ArgsInfo::kNone) {
+      backward_error("got a Tensor as the gradient for input '" + e.name +
+                     "' but expected None as the gradient because input '" + e.name +
+                     "' was not a Tensor (it was type NoneType).");
+    }
+  }
+  for (size_t i = 0; i < args_.size(); ++i) {
+    const int32_t count = info.counts[i];
+    if (count == detail::ArgsInfo::kNotTensorLike) continue;
+    const c10::IValue& g = *by_arg[i];
+    if (args_[i].kind == ArgKind::kTensorList) {
+      if (g.isTensorList()) {
+        for (const auto& t : g.toTensorList()) flat.push_back(t);
+      } else {
+        for (const auto& elem : g.toListRef()) {
+          flat.push_back(elem.isNone() ? at::Tensor() : elem.toTensor());
+        }
+      }
+    } else {
+      flat.push_back(g.isTensor() ? g.toTensor() : at::Tensor());
+    }
+  }
+}
+
+void OpCore::ivalue_grads_to_flat(const c10::IValue& grads, const detail::ArgsInfo& info,
+                                  std::vector<at::Tensor>& flat) const {
+  if (!grads.isGenericDict()) {
+    backward_error("expected the output of the backward function to be a dict but got " +
+                   ivalue_type_name(grads));
+  }
+  Grads named;
+  for (const auto& item : grads.toGenericDict()) {
+    if (!item.key().isString()) {
+      backward_error("expected the grad_input dict to have str keys but got a key of type " +
+                     ivalue_type_name(item.key()));
+    }
+    named.entries().push_back({item.key().toStringRef(), item.value()});
+  }
+  grads_to_flat(named, info, flat);
+}
+
+// ---- registry ----------------------------------------------------------------------------
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<OpCore>> ops;
+};
+Registry& registry() {
+  // Leaked on purpose: ops must outlive every static destructor that might still call them.
+  static auto* r = new Registry();
+  return *r;
+}
+}  // namespace
+
+OpCore& register_op(std::unique_ptr<OpCore> op) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& existing : r.ops) {
+    TORCH_CHECK(existing->name() != op->name(), op->name(),
+                ": defined multiple times; the first definition is at ",
+                format_location(existing->location()), ", this one at ",
+                format_location(op->location()));
+  }
+  if (!op->wrapped_) {
+    auto h = c10::Dispatcher::singleton().findSchema({op->name(), ""});
+    TORCH_CHECK(!h.has_value(), op->name(),
+                ": defined multiple times; it already exists in the dispatcher (",
+                h.has_value() ? h->debug() : std::string(), "), this definition at ",
+                format_location(op->location()), " is refused");
+    op->register_with_dispatcher();
+  }
+  r.ops.push_back(std::move(op));
+  return *r.ops.back();
+}
+
+std::vector<const OpCore*> registered_ops() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<const OpCore*> out;
+  for (const auto& op : r.ops) out.push_back(op.get());
+  return out;
+}
+
+const OpCore* find_op(std::string_view qualified_name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& op : r.ops) {
+    if (op->name() == qualified_name) return op.get();
+  }
+  return nullptr;
+}
+
+}  // namespace customop
