@@ -310,6 +310,23 @@ class Op final : public OpCore {
     return detail::pop_returns<Ret>(stack);
   }
 
+  /// Registers sample inputs for the gradcheck harness: `fn(c10::Device, c10::ScalarType
+  /// dtype)` returns `std::vector<std::pair<std::string, Args>>` (label, args). Cover
+  /// non-contiguous, broadcast and edge sizes; avoid points where the op has a kink.
+  template <class F>
+  Op& samples(F fn) {
+    using R = std::invoke_result_t<F&, c10::Device, c10::ScalarType>;
+    static_assert(std::is_same_v<R, std::vector<std::pair<std::string, Args>>>,
+                  "[customop] samples() takes fn(c10::Device, c10::ScalarType) returning "
+                  "std::vector<std::pair<std::string, Args>>");
+    set_sample_generator([fn = std::move(fn)](c10::Device d, c10::ScalarType t) mutable {
+      std::vector<Sample> out;
+      for (auto& [label, args] : fn(d, t)) out.push_back({label, to_stack(args)});
+      return out;
+    });
+    return *this;
+  }
+
   /// The args struct as the dispatcher's boxed arguments, in schema order.
   static torch::jit::Stack to_stack(const Args& args) {
     torch::jit::Stack stack;

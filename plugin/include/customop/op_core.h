@@ -35,6 +35,16 @@ struct ArgSpec {
   std::string type;  ///< schema spelling, e.g. "Tensor?"
 };
 
+/// One sample input of an op for the gradcheck harness: the boxed arguments in schema order.
+/// Floating-point tensors (also inside Tensor? and Tensor[]) are the differentiable inputs.
+struct Sample {
+  std::string label;       ///< short description, e.g. "non-contiguous [4, 7]"
+  torch::jit::Stack args;  ///< one IValue per schema argument
+};
+
+/// Makes an op's samples for a device and a floating dtype (kFloat or kDouble).
+using SampleGenerator = std::function<std::vector<Sample>(c10::Device, c10::ScalarType)>;
+
 /// "file:line" of a source location.
 std::string format_location(const std::source_location& loc);
 
@@ -89,6 +99,13 @@ class OpCore {
   const std::optional<std::vector<bool>>& output_differentiability() const {
     return output_differentiability_;
   }
+
+  /// Sample inputs registered for the gradcheck harness (empty when none were registered).
+  std::vector<Sample> samples(c10::Device device, c10::ScalarType dtype) const {
+    return sample_generator_ ? sample_generator_(device, dtype) : std::vector<Sample>{};
+  }
+  bool has_samples() const { return static_cast<bool>(sample_generator_); }
+  void set_sample_generator(SampleGenerator g) { sample_generator_ = std::move(g); }
 
  protected:
   /// Parses and validates `schema_text` (the reference's rules) and checks the args-struct
@@ -156,6 +173,7 @@ class OpCore {
   std::optional<std::source_location> backward_loc_;
   std::optional<std::vector<bool>> output_differentiability_;
   size_t num_tensor_like_args_ = 0;
+  SampleGenerator sample_generator_;
 };
 
 /// Registers `op` with the dispatcher and the customop registry; refuses a second definition
