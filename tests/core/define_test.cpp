@@ -28,3 +28,29 @@ TEST(Define, ScaleForwardBackward) {
 }
 
 }  // namespace
+
+#include <customop/static_schema.h>
+
+namespace {
+struct StaticArgs {
+  at::Tensor x;
+  std::optional<at::Tensor> mask;
+  int64_t dim;
+  double eps;
+  std::vector<at::Tensor> xs;
+};
+
+TEST(StaticSchema, DeducesRetAndRegisters) {
+  auto& op = customop::define<StaticArgs, "smoke::static_op(Tensor x, Tensor? mask, int dim=1, "
+                                          "*, float eps=1e-6, Tensor[] xs) -> (Tensor, int)">();
+  static_assert(std::is_same_v<std::decay_t<decltype(op)>::ReturnType,
+                               std::tuple<at::Tensor, int64_t>>);
+  op.impl(c10::DeviceType::CPU, [](const StaticArgs& a) {
+    return std::tuple<at::Tensor, int64_t>{a.x + a.eps, a.dim + static_cast<int64_t>(a.xs.size())};
+  });
+  auto [y, n] = op(StaticArgs{.x = torch::zeros({2}), .mask = std::nullopt, .dim = 3, .eps = 0.5,
+                              .xs = {torch::ones({1}), torch::ones({1})}});
+  EXPECT_EQ(n, 5);
+  EXPECT_TRUE(torch::equal(y, torch::full({2}, 0.5)));
+}
+}  // namespace

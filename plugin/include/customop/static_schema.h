@@ -1,0 +1,228 @@
+#pragma once
+/// \file
+/// `customop::define<Args, "schema">()`: the schema as a template argument, so the args
+/// struct and the return type are checked against it at compile time (static_assert), and
+/// `Ret` is deduced from the schema's returns.
+///
+/// Example:
+///   struct ScaleArgs { at::Tensor x; double alpha; };
+///   auto& op = customop::define<ScaleArgs, "myns::scale(Tensor x, float alpha) -> Tensor">();
+///   // A `float alpha` field, a missing field or an `at::Tensor` for `Tensor?` fails to build.
+///
+/// Only the argument and return types are read here; everything else (names, defaults, the
+/// functional-only rules) is checked by the runtime parser when define() runs.
+
+#include <customop/arg_types.h>
+#include <customop/op.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace customop {
+
+/// A string literal usable as a template argument.
+template <std::size_t N>
+struct FixedString {
+  char data[N]{};
+  constexpr FixedString(const char (&s)[N]) { std::copy_n(s, N, data); }
+  constexpr std::string_view view() const { return {data, N - 1}; }
+};
+
+namespace detail::ct {
+
+inline constexpr std::size_t kMaxArgs = 64;
+
+struct ParsedSchema {
+  bool ok = false;  // false: the literal did not parse here; the runtime parser reports why
+  std::size_t num_args = 0;
+  std::array<std::optional<ArgKind>, kMaxArgs> args{};  // nullopt: a type not read here
+  std::size_t num_returns = 0;
+  std::array<std::optional<ArgKind>, kMaxArgs> returns{};
+};
+
+constexpr std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+constexpr std::optional<ArgKind> kind_of(std::string_view type) {
+  constexpr std::pair<std::string_view, ArgKind> kTable[] = {
+      {"Tensor", ArgKind::kTensor},         {"Tensor?", ArgKind::kOptionalTensor},
+      {"Tensor[]", ArgKind::kTensorList},   {"int", ArgKind::kInt},
+      {"SymInt", ArgKind::kInt},            {"int?", ArgKind::kOptionalInt},
+      {"float", ArgKind::kFloat},           {"float?", ArgKind::kOptionalFloat},
+      {"bool", ArgKind::kBool},             {"bool?", ArgKind::kOptionalBool},
+      {"str", ArgKind::kStr},               {"str?", ArgKind::kOptionalStr},
+      {"int[]", ArgKind::kIntList},         {"float[]", ArgKind::kFloatList},
+      {"bool[]", ArgKind::kBoolList},       {"Scalar", ArgKind::kScalar},
+      {"Scalar?", ArgKind::kOptionalScalar}, {"ScalarType", ArgKind::kScalarType},
+      {"ScalarType?", ArgKind::kOptionalScalarType},
+  };
+  for (const auto& [name, kind] : kTable) {
+    if (name == type) return kind;
+  }
+  // Fixed-size lists: int[2], float[3], bool[4].
+  for (auto [prefix, kind] : {std::pair{std::string_view("int["), ArgKind::kIntList},
+                              std::pair{std::string_view("float["), ArgKind::kFloatList},
+                              std::pair{std::string_view("bool["), ArgKind::kBoolList}}) {
+    if (type.starts_with(prefix) && type.ends_with("]")) return kind;
+  }
+  return std::nullopt;
+}
+
+// Splits `s` at top-level commas and calls f(piece) for each non-empty piece.
+template <class F>
+constexpr bool split_top_level(std::string_view s, F f) {
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= s.size(); ++i) {
+    const char c = i < s.size() ? s[i] : ',';
+    if (c == '(' || c == '[') ++depth;
+    if (c == ')' || c == ']') --depth;
+    if (depth < 0) return false;
+    if (c == ',' && depth == 0) {
+      auto piece = trim(s.substr(start, i - start));
+      if (!piece.empty() && !f(piece)) return false;
+      start = i + 1;
+    }
+  }
+  return depth == 0;
+}
+
+// "Tensor? mask=None" -> type "Tensor?"; "float" (an unnamed return) -> "float".
+constexpr std::string_view type_of(std::string_view decl, bool named) {
+  auto eq = decl.find('=');
+  if (eq != std::string_view::npos) decl = trim(decl.substr(0, eq));
+  if (!named) {
+    auto sp = decl.rfind(' ');
+    // A return may be named too: "Tensor values".
+    return sp == std::string_view::npos ? decl : trim(decl.substr(0, sp));
+  }
+  auto sp = decl.rfind(' ');
+  return sp == std::string_view::npos ? std::string_view() : trim(decl.substr(0, sp));
+}
+
+constexpr ParsedSchema parse(std::string_view s) {
+  ParsedSchema out;
+  const auto open = s.find('(');
+  const auto arrow = s.rfind("->");
+  if (open == std::string_view::npos || arrow == std::string_view::npos || arrow < open) return out;
+  const auto close = s.substr(0, arrow).rfind(')');
+  if (close == std::string_view::npos || close < open) return out;
+  bool ok = split_top_level(s.substr(open + 1, close - open - 1), [&](std::string_view a) {
+    if (a == "*") return true;  // kw-only marker
+    if (out.num_args == kMaxArgs) return false;
+    out.args[out.num_args++] = kind_of(type_of(a, /*named=*/true));
+    return true;
+  });
+  auto rets = trim(s.substr(arrow + 2));
+  if (rets.starts_with("(") && rets.ends_with(")")) rets = rets.substr(1, rets.size() - 2);
+  ok = ok && split_top_level(rets, [&](std::string_view r) {
+         if (out.num_returns == kMaxArgs) return false;
+         out.returns[out.num_returns++] = kind_of(type_of(r, /*named=*/false));
+         return true;
+       });
+  out.ok = ok;
+  return out;
+}
+
+template <ArgKind K>
+struct ReturnTypeOf {
+  static_assert(K == ArgKind::kTensor || K == ArgKind::kTensorList || K == ArgKind::kInt ||
+                    K == ArgKind::kFloat || K == ArgKind::kBool,
+                "[customop] a return of the schema is not Tensor, Tensor[], int, float or bool");
+  using type = at::Tensor;
+};
+template <>
+struct ReturnTypeOf<ArgKind::kTensorList> {
+  using type = std::vector<at::Tensor>;
+};
+template <>
+struct ReturnTypeOf<ArgKind::kInt> {
+  using type = int64_t;
+};
+template <>
+struct ReturnTypeOf<ArgKind::kFloat> {
+  using type = double;
+};
+template <>
+struct ReturnTypeOf<ArgKind::kBool> {
+  using type = bool;
+};
+
+template <FixedString S>
+inline constexpr ParsedSchema kParsed = parse(S.view());
+
+template <FixedString S>
+struct RetFromSchema {
+  static constexpr auto& p = kParsed<S>;
+  static_assert(p.ok, "[customop] the schema literal does not parse: check its parentheses and "
+                      "the '->' before the returns");
+  static_assert(!p.ok || p.num_returns > 0, "[customop] the schema returns nothing; only "
+                                            "functional ops that return a value are supported");
+  template <std::size_t... I>
+  static auto make(std::index_sequence<I...>) {
+    if constexpr (sizeof...(I) == 1) {
+      return typename ReturnTypeOf<*p.returns[0]>::type{};
+    } else {
+      return std::tuple<typename ReturnTypeOf<*p.returns[I]>::type...>{};
+    }
+  }
+  using type = decltype(make(std::make_index_sequence<(p.ok && p.num_returns > 0 &&
+                                                       std::all_of(p.returns.begin(),
+                                                                   p.returns.begin() + p.num_returns,
+                                                                   [](auto k) { return k.has_value(); }))
+                                                          ? p.num_returns
+                                                          : 1>{}));
+};
+
+/// Instantiated per field; on a mismatch the compiler's note shows <field index, C++ field
+/// type, schema kind>.
+template <std::size_t FieldIndex, class Field, ArgKind SchemaKind>
+struct CheckField {
+  static_assert(ArgTraits<Field>::kind == SchemaKind,
+                "[customop] an args struct field does not match its schema argument type (the "
+                "template arguments of CheckField name the field index, its C++ type and the "
+                "schema type; see customop/arg_types.h for the mapping)");
+  static constexpr bool ok = true;
+};
+
+template <class Args, FixedString S>
+constexpr bool check_args() {
+  constexpr auto& p = kParsed<S>;
+  static_assert(p.num_args == kNumFields<Args>,
+                "[customop] the args struct must have one field per schema argument, in schema "
+                "order (the field count differs from the argument count)");
+  if constexpr (p.num_args == kNumFields<Args>) {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      // Types this parser does not read (nullopt) are left to the runtime check.
+      return ((!p.args[I].has_value() ||
+               CheckField<I, boost::pfr::tuple_element_t<I, Args>,
+                          p.args[I].value_or(ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind)>::ok) &&
+              ...);
+    }(std::make_index_sequence<kNumFields<Args>>{});
+  }
+  return false;
+}
+
+}  // namespace detail::ct
+
+/// define() with the schema as a template argument: field count and field types are checked
+/// against the schema at compile time; `Ret` defaults to the type the schema's returns imply
+/// (Tensor -> at::Tensor, (Tensor, int) -> std::tuple<at::Tensor, int64_t>, ...).
+/// Throws c10::Error for what only the runtime parser knows (see define(std::string_view)).
+template <class Args, FixedString Schema,
+          class Ret = typename detail::ct::RetFromSchema<Schema>::type>
+Op<Args, Ret>& define(std::source_location loc = std::source_location::current()) {
+  static_assert(std::is_aggregate_v<Args>,
+                "[customop] the args struct must be an aggregate (public fields, no "
+                "constructors, no base classes) so Boost.PFR can read it field by field");
+  static_assert(detail::ct::check_args<Args, Schema>());
+  return define<Args, Ret>(Schema.view(), loc);
+}
+
+}  // namespace customop
