@@ -154,9 +154,10 @@ constexpr bool check_typed_grads() {
                 "[customop] the typed grads struct needs exactly one field per Tensor-like "
                 "argument (Tensor, Tensor?, Tensor[]) of the args struct, in schema order");
   if constexpr (kNumFields<G> == count_tensor_like<Args>()) {
-    constexpr auto kinds = tensor_like_kinds<Args>();
     return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (CheckTypedGradField<I, boost::pfr::tuple_element_t<I, G>, kinds[I]>::ok && ...);
+      return (CheckTypedGradField<I, boost::pfr::tuple_element_t<I, G>,
+                                  tensor_like_kinds<Args>()[I]>::ok &&
+              ...);
     }(std::make_index_sequence<kNumFields<G>>{});
   }
   return true;
