@@ -1,0 +1,101 @@
+// Weighted sum forward: grid-stride elementwise kernel, K loads and FMAs per output element.
+
+#include "cuda_kernels/weighted_sum_params.h"
+
+namespace customop::cuda_kernels {
+namespace {
+
+using namespace detail;
+
+template <typename T>
+__device__ __forceinline__ const T* input_at(const void* const* __restrict__ inputs,
+                                             std::int64_t k) {
+  return static_cast<const T*>(inputs[k]);
+}
+
+/// y[i] for i in [begin, numel), one element per thread per step, `stride` elements apart.
+template <typename T>
+__device__ __forceinline__ void weighted_sum_scalar(const void* const* __restrict__ inputs,
+                                                    const double* __restrict__ weights,
+                                                    T* __restrict__ output, std::int64_t k,
+                                                    std::int64_t begin, std::int64_t numel,
+                                                    std::int64_t stride) {
+  using A = acc_t<T>;
+  for (std::int64_t i = begin; i < numel; i += stride) {
+    A acc = 0;
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      acc += static_cast<A>(weights[kk]) * load_as_acc(input_at<T>(inputs, kk) + i);
+    }
+    store_from_acc(output + i, acc);
+  }
+}
+
+/// VEC > 1 requires `output` to be VEC * sizeof(T) aligned (checked by the launcher); the
+/// inputs' alignment is checked here, uniformly for the whole grid.
+template <typename T, int VEC>
+__global__ void weighted_sum_fwd_kernel(const void* const* __restrict__ inputs,
+                                        const double* __restrict__ weights, T* __restrict__ output,
+                                        std::int64_t k, std::int64_t numel) {
+  using A = acc_t<T>;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  bool vec_ok = VEC > 1;
+  for (std::int64_t kk = 0; vec_ok && kk < k; ++kk) {
+    vec_ok = (reinterpret_cast<std::uintptr_t>(inputs[kk]) % (VEC * sizeof(T))) == 0;
+  }
+  if (!vec_ok) {
+    weighted_sum_scalar(inputs, weights, output, k, tid, numel, stride);
+    return;
+  }
+  const std::int64_t nvec = numel / VEC;
+  for (std::int64_t v = tid; v < nvec; v += stride) {
+    A acc[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) acc[j] = 0;
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      const A w = static_cast<A>(weights[kk]);
+      A xv[VEC];
+      load_vec<VEC>(input_at<T>(inputs, kk) + v * VEC, xv);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] += w * xv[j];
+    }
+    store_vec<VEC>(output + v * VEC, acc);
+  }
+  // Tail of numel % VEC elements.
+  weighted_sum_scalar(inputs, weights, output, k, nvec * VEC + tid, numel, stride);
+}
+
+template <typename T>
+cudaError_t launch_typed(const WeightedSumParams& p, cudaStream_t stream) {
+  constexpr int kV = kVec16<T>;
+  auto* y = static_cast<T*>(p.output);
+  const dim3 block(kElementwiseThreads);
+  if (is_aligned(p.output, 16)) {
+    const dim3 grid(static_cast<unsigned>(elementwise_blocks(ceil_div(p.numel, kV))));
+    weighted_sum_fwd_kernel<T, kV>
+        <<<grid, block, 0, stream>>>(p.inputs, p.weights, y, p.k, p.numel);
+  } else {
+    const dim3 grid(static_cast<unsigned>(elementwise_blocks(p.numel)));
+    weighted_sum_fwd_kernel<T, 1><<<grid, block, 0, stream>>>(p.inputs, p.weights, y, p.k, p.numel);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_weighted_sum_fwd(const WeightedSumParams& p, cudaStream_t stream) {
+  if (p.k < 0 || p.numel < 0) return cudaErrorInvalidValue;
+  if (p.numel == 0) return cudaSuccess;
+  if (p.output == nullptr || (p.k > 0 && (p.inputs == nullptr || p.weights == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  switch (p.dtype) {
+    case DType::kFloat32: return launch_typed<float>(p, stream);
+    case DType::kFloat64: return launch_typed<double>(p, stream);
+    case DType::kFloat16: return launch_typed<__half>(p, stream);
+    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace customop::cuda_kernels
