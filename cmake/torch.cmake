@@ -44,7 +44,7 @@ if(CUSTOMOP_ENABLE_CUDA)
   # NB: --no-as-needed keeps libtorch_cuda as a dependency even when nothing references it
   # directly; without it CUDA kernels registered by libtorch_cuda would not load.
   target_link_libraries(customop_torch_cuda INTERFACE customop::torch
-    "LINKER:--no-as-needed" "${_tlib}/libtorch_cuda.so" "${_tlib}/libc10_cuda.so" "LINKER:--as-needed"
+    "-Wl,--no-as-needed" "${_tlib}/libtorch_cuda.so" "${_tlib}/libc10_cuda.so" "-Wl,--as-needed"
     CUDA::cudart)
   target_compile_definitions(customop_torch_cuda INTERFACE CUSTOMOP_WITH_CUDA=1)
 endif()

@@ -5,9 +5,12 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <set>
@@ -84,6 +87,15 @@ std::string name_prefix(std::string_view text) {
 }
 
 c10::FunctionSchema parse_or_throw(std::string_view text) {
+  // NB: the schema parser reads "a.b::op" as op "a" with overload "b" and then fails on the
+  // "::", so a '.' in the namespace must be caught before parsing to get a useful message.
+  const std::string qualified = name_prefix(text);
+  const auto sep = qualified.find("::");
+  if (sep != std::string::npos) {
+    const std::string ns = qualified.substr(0, sep);
+    TORCH_CHECK_VALUE(ns.find('.') == std::string::npos, qualified, ": the namespace '", ns,
+                      "' contains a '.'; namespaces must be plain identifiers");
+  }
   try {
     return torch::jit::parseSchema(std::string(text), /*allow_typevars=*/false);
   } catch (const c10::Error& e) {
@@ -181,8 +193,6 @@ OpCore::OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> 
   TORCH_CHECK_VALUE(op_name.overload_name.empty(), name_, ".", op_name.overload_name,
                     ": overloads are not supported; give the op its own name instead of the "
                     "overload name '", op_name.overload_name, "'");
-  TORCH_CHECK_VALUE(ns_.find('.') == std::string::npos, name_, ": the namespace '", ns_,
-                    "' contains a '.'; namespaces must be plain identifiers");
   TORCH_CHECK_VALUE(!is_reserved_namespace(ns_), name_, ": the namespace '", ns_,
                     "' is reserved for PyTorch; choose your own namespace");
   for (const auto& a : schema_.arguments()) {
@@ -226,19 +236,21 @@ OpCore::OpCore(std::string_view qualified_name, std::span<const detail::FieldInf
 void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
                               std::span<const ArgKind> return_kinds) {
   const auto& sargs = schema_.arguments();
-  std::string arg_list;
-  for (size_t i = 0; i < sargs.size(); ++i) {
-    arg_list += (i ? ", " : "") + sargs[i].name();
-  }
-  TORCH_CHECK_VALUE(fields.size() == sargs.size(), name_, ": the args struct has ",
-                    fields.size(), " fields but the schema has ", sargs.size(),
-                    " arguments (", arg_list,
-                    "); the args struct needs one field per argument, in schema order");
+  // Field types first (over the fields both sides have), so a missing or extra field is
+  // reported by index, argument and type rather than as a bare count.
   for (size_t i = 0; i < sargs.size(); ++i) {
     auto kind = kind_of_type(sargs[i].real_type());
     TORCH_CHECK_VALUE(kind.has_value(), name_, ": argument '", sargs[i].name(),
                       "' has the schema type ", sargs[i].real_type()->str(),
                       ", which customop does not support (see customop/arg_types.h)");
+    if (i >= fields.size()) {
+      TORCH_CHECK_TYPE(false, name_, ": the args struct has ", fields.size(),
+                       " fields but the schema has ", sargs.size(), " arguments; field ", i,
+                       " (schema argument '", sargs[i].name(), "' of type ",
+                       schema_type_name(*kind), ", C++ type ", cpp_type_for(*kind),
+                       ") is missing. The args struct needs one field per argument, in schema "
+                       "order");
+    }
     TORCH_CHECK_TYPE(*kind == fields[i].kind, name_, ": args struct field ", i,
                      " (schema argument '", sargs[i].name(), "' of type ",
                      schema_type_name(*kind), ") must have C++ type ", cpp_type_for(*kind),
@@ -246,6 +258,12 @@ void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
     args_.push_back({sargs[i].name(), *kind, std::string(schema_type_name(*kind))});
     if (is_tensor_like(*kind)) ++num_tensor_like_args_;
   }
+  TORCH_CHECK_TYPE(fields.size() == sargs.size(), name_, ": the args struct has ",
+                   fields.size(), " fields but the schema has ", sargs.size(),
+                   " arguments; field ", sargs.size(), " (C++ type ",
+                   fields.size() > sargs.size() ? fields[sargs.size()].cpp_name : "",
+                   ") has no schema argument. The args struct needs one field per argument, "
+                   "in schema order");
   const auto& srets = schema_.returns();
   TORCH_CHECK_TYPE(srets.size() == return_kinds.size(), name_, ": the schema has ",
                    srets.size(), " returns but the C++ return type (Ret) has ",
@@ -275,6 +293,18 @@ struct DeviceKernel final : c10::OperatorKernel {
   }
   OpCore* op_;
   c10::DeviceType device_;
+};
+
+// NB: torch's generic Tracer fallback refuses ops with a non-tensor return ("unsupported
+// output type: int"); ops with one get this kernel, which records the node itself and leaves
+// the non-tensor output untraced (a constant for whatever uses it later).
+struct TracerKernel final : c10::OperatorKernel {
+  explicit TracerKernel(const OpCore* op) : op_(op) {}
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) {
+    op_->tracer_kernel(h, ks, stack);
+  }
+  const OpCore* op_;
 };
 
 struct AutogradKernel final : c10::OperatorKernel {
@@ -313,8 +343,63 @@ void OpCore::register_with_dispatcher() {
                                   std::make_unique<DeviceKernel>(this, device))));
     device_indirection_installed_[device == c10::DeviceType::CUDA] = true;
   }
+  const bool non_tensor_return = std::any_of(returns_.begin(), returns_.end(), [](ArgKind k) {
+    return k != ArgKind::kTensor && k != ArgKind::kTensorList;
+  });
+  if (non_tensor_return) {
+    lib->impl(unqualified(name_).c_str(),
+              torch::dispatch(c10::DispatchKey::Tracer,
+                              torch::CppFunction::makeFromBoxedFunctor(
+                                  std::make_unique<TracerKernel>(this))));
+  }
   libraries_.push_back(std::move(lib));
   install_autograd_indirection();
+}
+
+void OpCore::tracer_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                           torch::jit::Stack* stack) const {
+  namespace tracer = torch::jit::tracer;
+  const auto below =
+      ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Tracer);
+  if (!tracer::isTracing()) {
+    h.redispatchBoxed(below, stack);
+    return;
+  }
+  auto state = tracer::getTracingState();
+  auto& graph = state->graph;
+  torch::jit::Node* node = graph->create(c10::Symbol::fromQualString(name_), /*num_outputs=*/0);
+  tracer::recordSourceLocation(node);
+  const size_t n = args_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = (*stack)[stack->size() - n + i];
+    const char* arg = args_[i].name.c_str();
+    switch (args_[i].kind) {
+      case ArgKind::kTensor: tracer::addInputs(node, arg, v.toTensor()); break;
+      case ArgKind::kOptionalTensor: tracer::addInputs(node, arg, v.toOptional<at::Tensor>()); break;
+      case ArgKind::kTensorList: tracer::addInputs(node, arg, v.toTensorVector()); break;
+      default: node->addInput(graph->insertConstant(v)); break;
+    }
+  }
+  graph->insertNode(node);
+  tracer::setTracingState(nullptr);
+  try {
+    h.redispatchBoxed(below, stack);
+  } catch (...) {
+    tracer::setTracingState(state);
+    throw;
+  }
+  tracer::setTracingState(state);
+  const size_t m = returns_.size();
+  for (size_t i = 0; i < m; ++i) {
+    const auto& v = (*stack)[stack->size() - m + i];
+    switch (returns_[i]) {
+      case ArgKind::kTensor: tracer::addOutput(node, v.toTensor()); break;
+      case ArgKind::kTensorList: tracer::addOutput(node, v.toTensorVector()); break;
+      case ArgKind::kInt: node->addOutput()->setType(c10::IntType::get()); break;
+      case ArgKind::kFloat: node->addOutput()->setType(c10::FloatType::get()); break;
+      default: node->addOutput()->setType(c10::BoolType::get()); break;
+    }
+  }
 }
 
 void OpCore::install_autograd_indirection() {
@@ -536,6 +621,7 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
                      "' twice; return one gradient per input");
     }
   }
+#ifndef CUSTOMOP_SABOTAGE_GRADS_KEYS  // defined only by the `mutation` test of tests/core
   if (expected != actual) {
     backward_error("expected the returned grad_input dict to have keys " + join_keys(expected) +
                    " but got " + join_keys(actual) +
@@ -543,11 +629,14 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
                    "to the CustomOp that may be a Tensor or Sequence[Tensor]. Args declared to "
                    "be non-Tensor-like types should not appear in the grad_input dict");
   }
+#endif
   // Each entry is checked in the order backward returned it, as the reference does.
   std::vector<const c10::IValue*> by_arg(args_.size(), nullptr);
   for (const auto& e : grads.entries()) {
     size_t idx = 0;
-    while (args_[idx].name != e.name) ++idx;
+    while (idx < args_.size() && args_[idx].name != e.name) ++idx;
+    TORCH_INTERNAL_ASSERT(idx < args_.size(), name_, ": grads for unknown input '", e.name,
+                          "' passed the key check");
     by_arg[idx] = &e.value;
     const auto& g = e.value;
     const int32_t count = info.counts[idx];
@@ -589,7 +678,10 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
   }
   for (size_t i = 0; i < args_.size(); ++i) {
     const int32_t count = info.counts[i];
-    if (count == detail::ArgsInfo::kNotTensorLike) continue;
+    // A Tensor? that was None is no input of the autograd Function: it takes no grad slot.
+    if (count == detail::ArgsInfo::kNotTensorLike || count == detail::ArgsInfo::kNone) continue;
+    TORCH_INTERNAL_ASSERT(by_arg[i] != nullptr, name_, ": no grad for input '", args_[i].name,
+                          "' passed the key check");
     const c10::IValue& g = *by_arg[i];
     if (args_[i].kind == ArgKind::kTensorList) {
       if (g.isTensorList()) {

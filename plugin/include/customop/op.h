@@ -220,6 +220,7 @@ class Op final : public OpCore {
                   "state), e.g. struct Saved { at::Tensor x; double alpha; }");
     check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward", loc);
     note_save_for_backward(loc);
+    record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward");
     save_ = [fn = std::move(fn)](const Args& args, const Ret& out)
         -> c10::intrusive_ptr<detail::SavedStateBase> {
       auto state = c10::make_intrusive<detail::SavedState<Saved>>();
@@ -263,6 +264,7 @@ class Op final : public OpCore {
     }(std::make_index_sequence<kNumReturns>{});
     check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
     note_backward(loc, output_differentiability.flags(), returns_ok);
+    record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward");
     backward_ = [this, fn = std::move(fn)](detail::SavedStateBase& base,
                                            const std::vector<at::Tensor>& saved_tensors,
                                            std::vector<at::Tensor>& grad_outputs,
@@ -348,16 +350,20 @@ class Op final : public OpCore {
       : OpCore(name, detail::field_infos<Args>(), kReturnKinds, loc, wrap) {}
 
   void check_saved_type(const std::type_info& type, std::string_view type_name,
-                        const char* what, const std::source_location& loc) {
-    if (saved_type_ == nullptr) {
-      saved_type_ = &type;
-      saved_type_name_ = std::string(type_name);
-      saved_type_from_ = what;
-      return;
-    }
+                        const char* what, const std::source_location& loc) const {
+    if (saved_type_ == nullptr) return;
     TORCH_CHECK_TYPE(*saved_type_ == type, name(), ": ", what, " at ", format_location(loc),
                      " uses the saved-state type ", type_name, " but ", saved_type_from_,
                      " uses ", saved_type_name_, "; both must use the same type");
+  }
+
+  // NB: only after the registration succeeded, so a refused one leaves no trace.
+  void record_saved_type(const std::type_info& type, std::string_view type_name,
+                         const char* what) {
+    if (saved_type_ != nullptr) return;
+    saved_type_ = &type;
+    saved_type_name_ = std::string(type_name);
+    saved_type_from_ = what;
   }
 
   template <class T>
@@ -406,12 +412,15 @@ class Op final : public OpCore {
         } else {
           t = g.has_value() ? std::move(*g) : at::Tensor();
         }
-        if (count == detail::ArgsInfo::kNone && t.defined()) {
-          backward_error("got a Tensor as the gradient for input '" + name +
-                         "' but expected None as the gradient because input '" + name +
-                         "' was not a Tensor (it was type NoneType).");
+        if (count == detail::ArgsInfo::kNone) {
+          if (t.defined()) {
+            backward_error("got a Tensor as the gradient for input '" + name +
+                           "' but expected None as the gradient because input '" + name +
+                           "' was not a Tensor (it was type NoneType).");
+          }
+        } else {
+          flat.push_back(std::move(t));
         }
-        flat.push_back(std::move(t));
       }
       ++arg;
     });
@@ -509,7 +518,9 @@ void Op<Args, Ret>::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stac
     if constexpr (std::is_same_v<F, at::Tensor>) {
       flat.push_back(field);
     } else if constexpr (std::is_same_v<F, std::optional<at::Tensor>>) {
-      flat.push_back(field.has_value() ? *field : at::Tensor());
+      // NB: a Tensor? that is None is no input of the autograd Function (an undefined
+      // tensor there is refused); the grads skip it too (ArgsInfo::kNone).
+      if (field.has_value() && field->defined()) flat.push_back(*field);
     } else if constexpr (std::is_same_v<F, std::vector<at::Tensor>>) {
       flat.insert(flat.end(), field.begin(), field.end());
     }

@@ -128,7 +128,8 @@ class OpCore {
   /// at <file:line> using the CustomOp API, <what>".
   [[noreturn]] void backward_error(const std::string& what) const;
   /// Validates grads returned by name exactly as the reference does, then appends them in
-  /// schema order (one tensor per flat tensor input, undefined for None) to `flat`.
+  /// schema order to `flat`: one tensor (undefined for None) per tensor input, none for a
+  /// Tensor? argument that was None (it is no input of the autograd Function).
   void grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
                      std::vector<at::Tensor>& flat) const;
   /// Same for a backward that returned a dynamic c10::IValue (must be a Dict[str, ...]).
@@ -146,6 +147,9 @@ class OpCore {
   friend OpCore& register_op(std::unique_ptr<OpCore> op);
   friend struct AutogradKernel;
   friend struct DeviceKernel;
+  friend struct TracerKernel;
+  void tracer_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                     torch::jit::Stack* stack) const;
   void register_with_dispatcher();
   void install_autograd_indirection();
   void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,

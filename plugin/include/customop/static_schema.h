@@ -53,7 +53,7 @@ constexpr std::optional<ArgKind> kind_of(std::string_view type) {
   constexpr std::pair<std::string_view, ArgKind> kTable[] = {
       {"Tensor", ArgKind::kTensor},         {"Tensor?", ArgKind::kOptionalTensor},
       {"Tensor[]", ArgKind::kTensorList},   {"int", ArgKind::kInt},
-      {"SymInt", ArgKind::kInt},            {"int?", ArgKind::kOptionalInt},
+      {"int?", ArgKind::kOptionalInt},
       {"float", ArgKind::kFloat},           {"float?", ArgKind::kOptionalFloat},
       {"bool", ArgKind::kBool},             {"bool?", ArgKind::kOptionalBool},
       {"str", ArgKind::kStr},               {"str?", ArgKind::kOptionalStr},
@@ -74,13 +74,28 @@ constexpr std::optional<ArgKind> kind_of(std::string_view type) {
   return std::nullopt;
 }
 
-// Splits `s` at top-level commas and calls f(piece) for each non-empty piece.
+// Splits `s` at top-level commas and calls f(piece) for each non-empty piece. Commas and
+// brackets inside string defaults (str sep=",") do not count.
 template <class F>
 constexpr bool split_top_level(std::string_view s, F f) {
   int depth = 0;
+  char quote = 0;  // the quote character of the string literal we are in, or 0
   std::size_t start = 0;
   for (std::size_t i = 0; i <= s.size(); ++i) {
     const char c = i < s.size() ? s[i] : ',';
+    if (quote != 0) {
+      if (i == s.size()) return false;  // unterminated string literal
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+      continue;
+    }
     if (c == '(' || c == '[') ++depth;
     if (c == ')' || c == ']') --depth;
     if (depth < 0) return false;
@@ -90,7 +105,7 @@ constexpr bool split_top_level(std::string_view s, F f) {
       start = i + 1;
     }
   }
-  return depth == 0;
+  return depth == 0 && quote == 0;
 }
 
 // "Tensor? mask=None" -> type "Tensor?"; "float" (an unnamed return) -> "float".

@@ -1,0 +1,46 @@
+#pragma once
+/// \file
+/// `customop::clamp_count`: torch.clamp(input, min, max) plus the number of elements the
+/// clamp changed, ((input < min) | (input > max)).sum().
+
+#include <customop/op.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace customop::ops {
+
+/// Arguments of `customop::clamp_count(Tensor input, float min, float max)
+/// -> (Tensor output, int clamped)`.
+struct ClampCountArgs {
+  /// x, any shape (0-d included; any strides), float32 or float64 (CPU and CUDA), float16
+  /// or bfloat16 (CUDA). Differentiable.
+  at::Tensor input;
+  /// Lower bound, in input's units; rounded to input's dtype (as torch.clamp). No default.
+  double min;
+  /// Upper bound, in input's units, >= min; rounded to input's dtype. No default.
+  double max;
+};
+
+/// (output, clamped): output = min(max(x, min), max) as a new contiguous tensor of input's
+/// shape and dtype (NaN stays NaN); clamped = number of elements with x < min or x > max
+/// (NaN counts as neither).
+using ClampCountResult = std::tuple<at::Tensor, int64_t>;
+
+/// Clamps and counts the clamped elements. On CUDA, reading the count synchronises the
+/// stream.
+///
+/// - Backward: grad of input = g where min <= x <= max, else 0 (torch.clamp's convention at
+///   the bounds); the count is not differentiable.
+/// - Throws c10::Error naming `clamp_count` and the argument for an unsupported dtype, or
+///   when min > max or either is NaN.
+///
+/// Example:
+///   using customop::ops::ClampCountArgs;
+///   at::Tensor x = at::randn({1000});
+///   auto [y, clamped] = customop::ops::clamp_count_op()(ClampCountArgs{.input = x, .min = -1.0, .max = 1.0});
+Op<ClampCountArgs, ClampCountResult>& clamp_count_op();
+
+}  // namespace customop::ops

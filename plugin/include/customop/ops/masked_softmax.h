@@ -1,0 +1,44 @@
+#pragma once
+/// \file
+/// `customop::masked_softmax`: softmax along a dim over the elements a boolean mask keeps;
+/// the others get 0 (torch.softmax(input.masked_fill(~mask, -inf), dim), with the NaN of a
+/// fully masked slice replaced by zeros).
+
+#include <customop/op.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace customop::ops {
+
+/// Arguments of `customop::masked_softmax(Tensor input, Tensor? mask, int dim) -> Tensor`.
+struct MaskedSoftmaxArgs {
+  /// x, any shape (0-d included; any strides), float32 or float64 (CPU and CUDA), float16
+  /// or bfloat16 (CUDA; computed in float32). Differentiable.
+  at::Tensor input;
+  /// Keep-mask, bool, input's shape or broadcastable to it (true = take part, false = output
+  /// 0), on input's device; std::nullopt (None) = plain softmax. Gets no gradient.
+  std::optional<at::Tensor> mask;
+  /// The softmax dim, in [-input.dim(), input.dim() - 1] ([-1, 0] for a 0-d input).
+  int64_t dim;
+};
+
+/// y = exp(x - m) / sum(exp(x - m)) over the kept elements of each slice along `dim`
+/// (m = max of the kept elements), 0 where masked; a fully masked slice gives zeros, never
+/// NaN. As torch.softmax, a NaN among the kept elements makes the slice's kept outputs NaN.
+///
+/// - Returns a new contiguous tensor shaped like input, of its dtype.
+/// - Backward: grad of input = y * (g - sum(g * y, dim)) (0 where masked); mask gets None.
+/// - Throws c10::Error naming `masked_softmax` and the argument when the devices differ, a
+///   dtype is not supported (mask must be bool), mask does not broadcast to input, or dim is
+///   out of range.
+///
+/// Example:
+///   using customop::ops::MaskedSoftmaxArgs;
+///   at::Tensor x = at::randn({2, 5}), keep = at::rand({2, 5}) > 0.3;
+///   at::Tensor y = customop::ops::masked_softmax_op()(MaskedSoftmaxArgs{.input = x, .mask = keep, .dim = -1});
+Op<MaskedSoftmaxArgs>& masked_softmax_op();
+
+}  // namespace customop::ops
