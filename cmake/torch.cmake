@@ -47,4 +47,11 @@ if(CUSTOMOP_ENABLE_CUDA)
     "-Wl,--no-as-needed" "${_tlib}/libtorch_cuda.so" "${_tlib}/libc10_cuda.so" "-Wl,--as-needed"
     CUDA::cudart)
   target_compile_definitions(customop_torch_cuda INTERFACE CUSTOMOP_WITH_CUDA=1)
+  # libtorch_cuda's own dependencies (NCCL, cuDNN, cuSPARSELt, NVSHMEM, the cu13 runtime) live
+  # in the wheel's sibling nvidia/ packages; the loader finds them through libtorch's RPATH, the
+  # linker needs to be told where they are to resolve their symbols.
+  file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${CUSTOMOP_TORCH_ROOT}/../nvidia/*/lib")
+  foreach(_dir IN LISTS _nvidia_lib_dirs)
+    target_link_options(customop_torch_cuda INTERFACE "LINKER:-rpath-link,${_dir}")
+  endforeach()
 endif()

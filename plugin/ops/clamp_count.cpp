@@ -1,0 +1,93 @@
+// customop::clamp_count: schema, checks, backward formula, samples, registration.
+
+#include "detail/checks.h"
+#include "detail/clamp_count.h"
+#include "detail/samples.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <cmath>
+
+namespace customop::ops {
+
+namespace detail {
+
+void check_clamp_count(const ClampCountArgs& a, c10::DeviceType device) {
+  check_floating("clamp_count", "input", a.input, device);
+  TORCH_CHECK_VALUE(a.min <= a.max, "clamp_count: min must be <= max (and neither NaN), but got "
+                    "min = ", a.min, " and max = ", a.max);
+}
+
+}  // namespace detail
+
+namespace {
+
+struct ClampCountSaved {
+  at::Tensor input;
+  double min;
+  double max;
+};
+
+struct ClampCountGrads {
+  at::Tensor input;
+};
+
+ClampCountSaved clamp_count_save(const ClampCountArgs& a, const ClampCountResult& /*out*/) {
+  return {a.input, a.min, a.max};
+}
+
+// torch.clamp's gradient: g where min <= x <= max (the bounds included), 0 elsewhere and at
+// NaN. NB: comparing with the double bounds rounds them to x's dtype, as the forward does.
+ClampCountGrads clamp_count_backward(const ClampCountSaved& s, const at::Tensor& grad,
+                                     customop::NoGrad /*clamped*/) {
+  const at::Tensor inside = (s.input >= s.min).logical_and_(s.input <= s.max);
+  return {at::where(inside, grad, at::zeros_like(grad))};
+}
+
+// Normal values moved at least 0.05 away from both bounds (finite differences must not
+// straddle a kink). Bounds -0.5 and 0.7.
+at::Tensor away_from_bounds(at::IntArrayRef sizes, uint64_t seed, c10::Device dev,
+                            c10::ScalarType dt) {
+  at::Tensor x = detail::sample_randn(sizes, seed, c10::kCPU, at::kDouble);
+  x = at::where((x + 0.5).abs() < 0.1, x + 0.2, x);
+  x = at::where((x - 0.7).abs() < 0.1, x + 0.2, x);
+  return x.to(at::TensorOptions().device(dev).dtype(dt));
+}
+
+std::vector<std::pair<std::string, ClampCountArgs>> clamp_count_samples(c10::Device dev,
+                                                                        c10::ScalarType dt) {
+  return {
+      {"contiguous [4, 8]", {away_from_bounds({4, 8}, 61, dev, dt), -0.5, 0.7}},
+      {"transposed [5, 6]", {away_from_bounds({6, 5}, 62, dev, dt).t(), -0.5, 0.7}},
+      {"sliced 3-d [2, 3, 4]", {away_from_bounds({2, 3, 8}, 63, dev, dt).slice(2, 1, 8, 2), -0.5, 0.7}},
+      {"0-d", {away_from_bounds({}, 64, dev, dt), -0.5, 0.7}},
+  };
+}
+
+}  // namespace
+
+Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
+  static Op<ClampCountArgs, ClampCountResult>& op =
+      []() -> Op<ClampCountArgs, ClampCountResult>& {
+    auto& o = define<ClampCountArgs, ClampCountResult>(
+        "customop::clamp_count(Tensor input, float min, float max) -> "
+        "(Tensor output, int clamped)");
+    o.impl(c10::DeviceType::CPU, &detail::clamp_count_cpu);
+#ifdef CUSTOMOP_WITH_CUDA
+    o.impl(c10::DeviceType::CUDA, &detail::clamp_count_cuda);
+#endif
+    o.impl_autograd(&clamp_count_save, &clamp_count_backward, {true, false});
+    o.samples(&clamp_count_samples);
+    return o;
+  }();
+  return op;
+}
+
+namespace {
+// Loading libcustomop_ops.so registers the op with the dispatcher.
+[[maybe_unused]] const auto& registered = clamp_count_op();
+}  // namespace
+
+}  // namespace customop::ops

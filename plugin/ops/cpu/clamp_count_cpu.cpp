@@ -1,0 +1,90 @@
+// CPU kernel of customop::clamp_count: y = clamp(x, min, max) and the count of clamped
+// elements in one pass; chunks spread with at::parallel_for, one atomic add per chunk. The
+// branch-free loop body is left to the compiler's vectorizer (this file is built once per
+// instruction set, cpu/cpu_dispatch.h); the default build holds the entry.
+
+#include "cpu/cpu_dispatch.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/ScalarType.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace customop::ops::cpu {
+
+/// One kernel call: contiguous input/output of `numel` elements of `dtype`.
+struct ClampCountCpuParams {
+  const void* input;      // numel elements
+  void* output;           // numel elements, freshly allocated
+  int64_t numel;          // elements
+  double min;             // lower bound (rounded to dtype here)
+  double max;             // upper bound (rounded to dtype here), >= min
+  c10::ScalarType dtype;  // kFloat or kDouble
+};
+
+CUSTOMOP_CPU_DECLARE(int64_t clamp_count_kernel(const ClampCountCpuParams& p))
+
+namespace CUSTOMOP_CPU_CAPABILITY {
+namespace {
+
+template <class T>
+int64_t clamp_chunk(const T* x, T* y, int64_t n, T lo, T hi) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    const bool below = v < lo;
+    const bool above = v > hi;
+    y[i] = below ? lo : (above ? hi : v);  // NaN compares false both ways and stays NaN
+    count += static_cast<int64_t>(below | above);
+  }
+  return count;
+}
+
+template <class T>
+int64_t run(const ClampCountCpuParams& p) {
+  const T* x = static_cast<const T*>(p.input);
+  T* y = static_cast<T*>(p.output);
+  const T lo = static_cast<T>(p.min);
+  const T hi = static_cast<T>(p.max);
+  std::atomic<int64_t> total{0};
+  at::parallel_for(0, p.numel, kGrainSize, [&](int64_t begin, int64_t end) {
+    total.fetch_add(clamp_chunk<T>(x + begin, y + begin, end - begin, lo, hi),
+                    std::memory_order_relaxed);
+  });
+  return total.load();
+}
+
+}  // namespace
+
+int64_t clamp_count_kernel(const ClampCountCpuParams& p) {
+  return p.dtype == c10::ScalarType::Double ? run<double>(p) : run<float>(p);
+}
+
+}  // namespace CUSTOMOP_CPU_CAPABILITY
+}  // namespace customop::ops::cpu
+
+#if defined(CUSTOMOP_CPU_ENTRY)
+
+#include "detail/clamp_count.h"
+
+#include <ATen/ops/empty.h>
+
+namespace customop::ops::detail {
+
+ClampCountResult clamp_count_cpu(const ClampCountArgs& a) {
+  check_clamp_count(a, c10::DeviceType::CPU);
+  const at::Tensor x = a.input.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  const cpu::ClampCountCpuParams p{x.const_data_ptr(), y.mutable_data_ptr(), x.numel(), a.min,
+                                   a.max, x.scalar_type()};
+  int64_t clamped = 0;
+  if (p.numel > 0) {
+    clamped = [&]() -> int64_t { CUSTOMOP_CPU_DISPATCH(clamp_count_kernel, p) }();
+  }
+  return {y, clamped};
+}
+
+}  // namespace customop::ops::detail
+
+#endif  // defined(CUSTOMOP_CPU_ENTRY)

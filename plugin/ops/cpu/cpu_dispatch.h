@@ -1,0 +1,62 @@
+#pragma once
+// Run-time choice among the builds of a CPU kernel file. Every cpu/<op>_cpu.cpp is compiled
+// once per instruction set (CMakeLists.txt), each build in its own namespace:
+//   customop::ops::cpu::cap_default   baseline x86-64 / any other CPU
+//   customop::ops::cpu::cap_avx2      AVX2 + FMA
+//   customop::ops::cpu::cap_avx512    AVX-512 (F, BW, VL, DQ)
+// The default build also holds the op's entry point (CUSTOMOP_CPU_ENTRY), which calls the
+// best build through CUSTOMOP_CPU_DISPATCH. NB: include nothing with static initializers in
+// the part of a kernel file the AVX builds see: they would run on CPUs without AVX.
+
+#include <cstdint>
+
+namespace customop::ops::cpu {
+
+/// Elements per at::parallel_for task below which splitting further does not pay (ATen's
+/// internal GRAIN_SIZE).
+inline constexpr int64_t kGrainSize = 32768;
+
+/// Instruction sets a kernel file is built for, lowest first.
+enum class Capability { kDefault, kAvx2, kAvx512 };
+
+/// The best build this machine runs: ATen's choice (at::get_cpu_capability(), which honours
+/// ATEN_CPU_CAPABILITY=default|avx2|avx512), capped at the builds compiled in. Cached.
+Capability capability();
+
+}  // namespace customop::ops::cpu
+
+/// Declares a kernel function in the namespace of every build.
+#define CUSTOMOP_CPU_DECLARE(...)  \
+  namespace cap_default {          \
+  __VA_ARGS__;                     \
+  }                                \
+  namespace cap_avx2 {             \
+  __VA_ARGS__;                     \
+  }                                \
+  namespace cap_avx512 {           \
+  __VA_ARGS__;                     \
+  }
+
+#if defined(CUSTOMOP_CPU_HAVE_AVX2)
+#define CUSTOMOP_CPU_CASE_AVX2(fn, ...) \
+  case ::customop::ops::cpu::Capability::kAvx2: \
+    return ::customop::ops::cpu::cap_avx2::fn(__VA_ARGS__);
+#else
+#define CUSTOMOP_CPU_CASE_AVX2(fn, ...)
+#endif
+#if defined(CUSTOMOP_CPU_HAVE_AVX512)
+#define CUSTOMOP_CPU_CASE_AVX512(fn, ...) \
+  case ::customop::ops::cpu::Capability::kAvx512: \
+    return ::customop::ops::cpu::cap_avx512::fn(__VA_ARGS__);
+#else
+#define CUSTOMOP_CPU_CASE_AVX512(fn, ...)
+#endif
+
+/// `return fn(args...)` from the best build of the calling kernel file.
+#define CUSTOMOP_CPU_DISPATCH(fn, ...)                               \
+  switch (::customop::ops::cpu::capability()) {                      \
+    CUSTOMOP_CPU_CASE_AVX512(fn, __VA_ARGS__)                         \
+    CUSTOMOP_CPU_CASE_AVX2(fn, __VA_ARGS__)                           \
+    default:                                                          \
+      return ::customop::ops::cpu::cap_default::fn(__VA_ARGS__);      \
+  }

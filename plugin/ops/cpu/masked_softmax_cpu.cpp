@@ -1,0 +1,222 @@
+// CPU kernel of customop::masked_softmax. inner == 1 (softmax over the last dim): per row,
+// one vectorized pass for the max of the kept elements, one writing exp(x - max) (0 where
+// masked) and summing it, one scaling by 1 / sum; the row stays in cache between passes.
+// inner > 1: the same three passes over a [size, inner] block with per-column running max
+// and sum, reading along inner. Rows / column chunks are spread with at::parallel_for.
+// Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+
+#include "cpu/cpu_dispatch.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace customop::ops::cpu {
+
+/// One kernel call: contiguous input/output (and mask) viewed as [outer, size, inner].
+struct MaskedSoftmaxCpuParams {
+  const void* input;      // [outer, size, inner]
+  const uint8_t* mask;    // [outer, size, inner], nonzero = kept; nullptr = keep everything
+  void* output;           // [outer, size, inner], freshly allocated
+  int64_t outer;          // product of the dims before dim
+  int64_t size;           // length of dim
+  int64_t inner;          // product of the dims after dim
+  c10::ScalarType dtype;  // kFloat or kDouble (computes in the same type)
+};
+
+CUSTOMOP_CPU_DECLARE(void masked_softmax_kernel(const MaskedSoftmaxCpuParams& p))
+
+namespace CUSTOMOP_CPU_CAPABILITY {
+namespace {
+
+// max that propagates NaN, as torch.softmax's max does.
+template <class T>
+inline T nan_max(T a, T b) {
+  return (std::isnan(a) || a >= b) ? a : b;
+}
+
+// All-ones lanes for the first `n` lanes whose mask byte is set (every one of the first n
+// when m is nullptr); zero lanes after n. `any` is or-ed with the kept flags.
+template <class T>
+inline at::vec::Vectorized<T> keep_lanes(const uint8_t* m, int64_t n, bool& any) {
+  using Vec = at::vec::Vectorized<T>;
+  alignas(64) T flags[Vec::size()];
+  for (int64_t l = 0; l < Vec::size(); ++l) {
+    const bool keep = l < n && (m == nullptr || m[l] != 0);
+    flags[l] = keep ? T(1) : T(0);
+    any = any || keep;
+  }
+  return Vec::loadu(flags) != Vec(T(0));
+}
+
+template <class T>
+void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
+  using Vec = at::vec::Vectorized<T>;
+  constexpr int64_t kV = Vec::size();
+  const T ninf = -std::numeric_limits<T>::infinity();
+
+  // Pass 1: max of the kept elements.
+  bool any = false;
+  Vec vmax(ninf);
+  for (int64_t j = 0; j < n; j += kV) {
+    const int64_t r = std::min(kV, n - j);
+    if (m == nullptr && r == kV) {
+      vmax = at::vec::maximum(vmax, Vec::loadu(x + j));
+      any = true;
+    } else {
+      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r, any);
+      const Vec xv = Vec::loadu(x + j, static_cast<int>(r));
+      vmax = at::vec::maximum(vmax, Vec::blendv(Vec(ninf), xv, keep));
+    }
+  }
+  if (!any) {  // fully masked: zeros, not the NaN of exp(-inf - -inf)
+    std::fill(y, y + n, T(0));
+    return;
+  }
+  alignas(64) T lanes[kV];
+  vmax.store(lanes);
+  T mx = ninf;
+  for (int64_t l = 0; l < kV; ++l) mx = nan_max(mx, lanes[l]);
+
+  // Pass 2: e = exp(x - max) where kept, 0 elsewhere; sum(e).
+  const Vec vm(mx);
+  Vec vsum(T(0));
+  for (int64_t j = 0; j < n; j += kV) {
+    const int64_t r = std::min(kV, n - j);
+    if (m == nullptr && r == kV) {
+      const Vec e = (Vec::loadu(x + j) - vm).exp();
+      vsum = vsum + e;
+      e.store(y + j);
+    } else {
+      bool unused = false;
+      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r, unused);
+      const Vec e = Vec::blendv(Vec(T(0)), (Vec::loadu(x + j, static_cast<int>(r)) - vm).exp(), keep);
+      vsum = vsum + e;
+      e.store(y + j, static_cast<int>(r));
+    }
+  }
+  vsum.store(lanes);
+  T sum = 0;
+  for (int64_t l = 0; l < kV; ++l) sum += lanes[l];
+
+  // Pass 3: normalise.
+  const Vec inv(T(1) / sum);
+  int64_t j = 0;
+  for (; j + kV <= n; j += kV) (Vec::loadu(y + j) * inv).store(y + j);
+  if (j < n) {
+    const int r = static_cast<int>(n - j);
+    (Vec::loadu(y + j, r) * inv).store(y + j, r);
+  }
+}
+
+// Columns [i0, i1) of outer index o for inner > 1: running max / sum per column.
+template <class T>
+void softmax_columns(const T* x, const uint8_t* m, T* y, int64_t o, int64_t i0, int64_t i1,
+                     int64_t size, int64_t inner) {
+  const int64_t w = i1 - i0;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  std::vector<T> mx(static_cast<size_t>(w), ninf);
+  std::vector<T> sum(static_cast<size_t>(w), T(0));
+  std::vector<uint8_t> any(static_cast<size_t>(w), 0);
+  const int64_t base = o * size * inner + i0;
+  for (int64_t s = 0; s < size; ++s) {
+    const int64_t row = base + s * inner;
+    for (int64_t i = 0; i < w; ++i) {
+      if (m == nullptr || m[row + i] != 0) {
+        mx[i] = nan_max(mx[i], x[row + i]);
+        any[i] = 1;
+      }
+    }
+  }
+  for (int64_t s = 0; s < size; ++s) {
+    const int64_t row = base + s * inner;
+    for (int64_t i = 0; i < w; ++i) {
+      const bool keep = m == nullptr || m[row + i] != 0;
+      const T e = keep ? std::exp(x[row + i] - mx[i]) : T(0);
+      y[row + i] = e;
+      sum[i] += e;
+    }
+  }
+  for (int64_t i = 0; i < w; ++i) sum[i] = any[i] ? T(1) / sum[i] : T(0);
+  for (int64_t s = 0; s < size; ++s) {
+    const int64_t row = base + s * inner;
+    for (int64_t i = 0; i < w; ++i) y[row + i] *= sum[i];
+  }
+}
+
+template <class T>
+void run(const MaskedSoftmaxCpuParams& p) {
+  const T* x = static_cast<const T*>(p.input);
+  T* y = static_cast<T*>(p.output);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(p.size, 1));
+  if (p.inner == 1) {
+    at::parallel_for(0, p.outer, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        softmax_row<T>(x + row * p.size, p.mask == nullptr ? nullptr : p.mask + row * p.size,
+                       y + row * p.size, p.size);
+      }
+    });
+    return;
+  }
+  at::parallel_for(0, p.outer * p.inner, grain, [&](int64_t begin, int64_t end) {
+    int64_t k = begin;
+    while (k < end) {
+      const int64_t o = k / p.inner;
+      const int64_t i0 = k % p.inner;
+      const int64_t i1 = std::min(p.inner, i0 + (end - k));
+      softmax_columns<T>(x, p.mask, y, o, i0, i1, p.size, p.inner);
+      k += i1 - i0;
+    }
+  });
+}
+
+}  // namespace
+
+void masked_softmax_kernel(const MaskedSoftmaxCpuParams& p) {
+  if (p.dtype == c10::ScalarType::Double) {
+    run<double>(p);
+  } else {
+    run<float>(p);
+  }
+}
+
+}  // namespace CUSTOMOP_CPU_CAPABILITY
+}  // namespace customop::ops::cpu
+
+#if defined(CUSTOMOP_CPU_ENTRY)
+
+#include "detail/checks.h"
+#include "detail/masked_softmax.h"
+
+#include <ATen/ops/empty.h>
+
+namespace customop::ops::detail {
+
+at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& a) {
+  check_masked_softmax(a, c10::DeviceType::CPU);
+  const int64_t dim = wrap_dim("masked_softmax", a.dim, a.input.dim());
+  const at::Tensor x = a.input.contiguous();
+  // NB: a broadcast mask is materialised (1 byte per element); a same-shape contiguous one
+  // is used in place.
+  const at::Tensor mask = a.mask ? a.mask->expand(x.sizes()).contiguous() : at::Tensor();
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  const auto s = split_at_dim(x.sizes(), dim);
+  const cpu::MaskedSoftmaxCpuParams p{
+      x.const_data_ptr(),
+      mask.defined() ? static_cast<const uint8_t*>(mask.const_data_ptr()) : nullptr,
+      y.mutable_data_ptr(), s.outer, s.size, s.inner, x.scalar_type()};
+  if (x.numel() > 0) {
+    [&] { CUSTOMOP_CPU_DISPATCH(masked_softmax_kernel, p) }();
+  }
+  return y;
+}
+
+}  // namespace customop::ops::detail
+
+#endif  // defined(CUSTOMOP_CPU_ENTRY)

@@ -1,0 +1,127 @@
+// CPU kernel of customop::rms_norm: one pass over each row for sum(x^2), one to write
+// y = (x * r) * w, vectorized (at::vec::Vectorized), rows spread with at::parallel_for.
+// Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+
+#include "cpu/cpu_dispatch.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace customop::ops::cpu {
+
+/// One kernel call: contiguous input/output [rows, cols], weight [cols], of `dtype`.
+struct RmsNormCpuParams {
+  const void* input;     // [rows, cols]
+  const void* weight;    // [cols]
+  void* output;          // [rows, cols], freshly allocated
+  int64_t rows;          // N, every leading dim folded in
+  int64_t cols;          // D
+  double eps;            // added to mean(x^2)
+  c10::ScalarType dtype;  // kFloat or kDouble (accumulates in the same type)
+};
+
+CUSTOMOP_CPU_DECLARE(void rms_norm_kernel(const RmsNormCpuParams& p))
+
+namespace CUSTOMOP_CPU_CAPABILITY {
+namespace {
+
+template <class T>
+void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int64_t d,
+                   T eps) {
+  using Vec = at::vec::Vectorized<T>;
+  constexpr int64_t kV = Vec::size();
+  for (int64_t row = begin; row < end; ++row) {
+    const T* xr = x + row * d;
+    T* yr = y + row * d;
+    // Four accumulators keep the FMA pipes busy and shorten the dependency chain.
+    Vec acc0(T(0)), acc1(T(0)), acc2(T(0)), acc3(T(0));
+    int64_t j = 0;
+    for (; j + 4 * kV <= d; j += 4 * kV) {
+      const Vec a0 = Vec::loadu(xr + j), a1 = Vec::loadu(xr + j + kV);
+      const Vec a2 = Vec::loadu(xr + j + 2 * kV), a3 = Vec::loadu(xr + j + 3 * kV);
+      acc0 = at::vec::fmadd(a0, a0, acc0);
+      acc1 = at::vec::fmadd(a1, a1, acc1);
+      acc2 = at::vec::fmadd(a2, a2, acc2);
+      acc3 = at::vec::fmadd(a3, a3, acc3);
+    }
+    for (; j + kV <= d; j += kV) {
+      const Vec a = Vec::loadu(xr + j);
+      acc0 = at::vec::fmadd(a, a, acc0);
+    }
+    if (j < d) {
+      const Vec a = Vec::loadu(xr + j, static_cast<int>(d - j));  // zero-filled tail
+      acc1 = at::vec::fmadd(a, a, acc1);
+    }
+    alignas(64) T lanes[kV];
+    ((acc0 + acc1) + (acc2 + acc3)).store(lanes);
+    T sum_sq = 0;
+    for (int64_t l = 0; l < kV; ++l) sum_sq += lanes[l];
+    const T r = T(1) / std::sqrt(sum_sq / static_cast<T>(d) + eps);
+
+    // NB: (x * r) * w, in this order, rounds as ATen's rms_norm does.
+    const Vec rv(r);
+    j = 0;
+    for (; j + kV <= d; j += kV) {
+      (Vec::loadu(xr + j) * rv * Vec::loadu(w + j)).store(yr + j);
+    }
+    if (j < d) {
+      const int n = static_cast<int>(d - j);
+      (Vec::loadu(xr + j, n) * rv * Vec::loadu(w + j, n)).store(yr + j, n);
+    }
+  }
+}
+
+template <class T>
+void run(const RmsNormCpuParams& p) {
+  const T* x = static_cast<const T*>(p.input);
+  const T* w = static_cast<const T*>(p.weight);
+  T* y = static_cast<T*>(p.output);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(p.cols, 1));
+  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    rms_norm_rows<T>(x, w, y, begin, end, p.cols, static_cast<T>(p.eps));
+  });
+}
+
+}  // namespace
+
+void rms_norm_kernel(const RmsNormCpuParams& p) {
+  if (p.dtype == c10::ScalarType::Double) {
+    run<double>(p);
+  } else {
+    run<float>(p);
+  }
+}
+
+}  // namespace CUSTOMOP_CPU_CAPABILITY
+}  // namespace customop::ops::cpu
+
+#if defined(CUSTOMOP_CPU_ENTRY)
+
+#include "detail/rms_norm.h"
+
+#include <ATen/ops/empty.h>
+
+namespace customop::ops::detail {
+
+at::Tensor rms_norm_cpu(const RmsNormArgs& a) {
+  check_rms_norm(a, c10::DeviceType::CPU);
+  const at::Tensor x = a.input.contiguous();
+  const at::Tensor w = a.weight.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  const int64_t d = x.size(-1);
+  const cpu::RmsNormCpuParams p{x.const_data_ptr(), w.const_data_ptr(), y.mutable_data_ptr(),
+                                d == 0 ? 0 : x.numel() / d, d, a.eps, x.scalar_type()};
+  if (p.rows > 0) {
+    [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_kernel, p) }();
+  }
+  return y;
+}
+
+}  // namespace customop::ops::detail
+
+#endif  // defined(CUSTOMOP_CPU_ENTRY)

@@ -1,0 +1,38 @@
+// CUDA glue of customop::clamp_count: checks, contiguous input, output and a zeroed device
+// counter, launch of cuda_kernels::launch_clamp_count_fwd on the current stream of input's
+// device, then the count read back (this synchronises the stream: the int return must be a
+// host value).
+
+#include "cuda/cuda_glue.h"
+#include "cuda_kernels/clamp_count_params.h"
+#include "detail/clamp_count.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+
+namespace customop::ops::detail {
+
+ClampCountResult clamp_count_cuda(const ClampCountArgs& a) {
+  check_clamp_count(a, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(a.input.device());
+  const at::Tensor x = a.input.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return {y, 0};
+  at::Tensor count = at::zeros({1}, x.options().dtype(at::kLong));
+  cuda_kernels::ClampCountParams p;
+  p.input = x.const_data_ptr();
+  p.output = y.mutable_data_ptr();
+  // NB: the kernel adds with 64-bit atomics into an unsigned slot; the int64 tensor holds it.
+  p.count = reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>());
+  p.numel = x.numel();
+  p.min = a.min;
+  p.max = a.max;
+  p.dtype = to_kernel_dtype(x.scalar_type());
+  check_launch("clamp_count",
+               cuda_kernels::launch_clamp_count_fwd(p, at::cuda::getCurrentCUDAStream()));
+  return {y, count.item<int64_t>()};
+}
+
+}  // namespace customop::ops::detail

@@ -1,0 +1,15 @@
+#pragma once
+// What the files of customop::rms_norm share: the argument checks and the kernels.
+
+#include <customop/ops/rms_norm.h>
+
+namespace customop::ops::detail {
+
+/// Device, dtype, shape and value checks of rms_norm for a kernel of `device`.
+void check_rms_norm(const RmsNormArgs& args, c10::DeviceType device);
+
+/// The forward kernels (cpu/rms_norm_cpu.cpp, cuda/rms_norm_cuda.cpp).
+at::Tensor rms_norm_cpu(const RmsNormArgs& args);
+at::Tensor rms_norm_cuda(const RmsNormArgs& args);
+
+}  // namespace customop::ops::detail

@@ -1,0 +1,105 @@
+// customop::masked_softmax: schema, checks, backward formula, samples, registration.
+
+#include "detail/checks.h"
+#include "detail/masked_softmax.h"
+#include "detail/samples.h"
+
+#include <ATen/TensorOperators.h>
+
+namespace customop::ops {
+
+namespace detail {
+
+void check_masked_softmax(const MaskedSoftmaxArgs& a, c10::DeviceType device) {
+  if (a.mask) check_same_device("masked_softmax", "mask", *a.mask, "input", a.input);
+  check_floating("masked_softmax", "input", a.input, device);
+  if (a.mask) {
+    TORCH_CHECK_TYPE(a.mask->scalar_type() == at::kBool,
+                     "masked_softmax: mask must be a bool tensor, but got ",
+                     dtype_name(a.mask->scalar_type()));
+    const auto in = a.input.sizes();
+    const auto m = a.mask->sizes();
+    bool ok = m.size() <= in.size();
+    for (size_t i = 1; ok && i <= m.size(); ++i) {
+      ok = m[m.size() - i] == 1 || m[m.size() - i] == in[in.size() - i];
+    }
+    TORCH_CHECK(ok, "masked_softmax: mask must have input's shape ", in,
+                " or one broadcastable to it, but got ", m);
+  }
+  wrap_dim("masked_softmax", a.dim, a.input.dim());
+}
+
+}  // namespace detail
+
+namespace {
+
+struct MaskedSoftmaxSaved {
+  at::Tensor output;
+  int64_t dim;
+};
+
+struct MaskedSoftmaxGrads {
+  at::Tensor input;
+  std::optional<at::Tensor> mask;
+};
+
+MaskedSoftmaxSaved masked_softmax_save(const MaskedSoftmaxArgs& a, const at::Tensor& output) {
+  return {output, a.dim};
+}
+
+// Softmax's VJP over the kept elements: grad_input = y * (g - sum(g * y, dim)). Masked
+// positions (and fully masked slices) have y = 0, so they get 0 without looking at the mask.
+MaskedSoftmaxGrads masked_softmax_backward(const MaskedSoftmaxSaved& s, const at::Tensor& grad) {
+  const auto dtype = s.output.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  const at::Tensor y = s.output.to(acc);
+  const at::Tensor gy = grad.to(acc) * y;
+  const at::Tensor grad_input = gy - y * gy.sum(s.dim, /*keepdim=*/true);
+  return {grad_input.to(dtype), std::nullopt};
+}
+
+std::vector<std::pair<std::string, MaskedSoftmaxArgs>> masked_softmax_samples(
+    c10::Device dev, c10::ScalarType dt) {
+  using detail::sample_randn;
+  const auto bool_opts = at::TensorOptions().device(dev).dtype(at::kBool);
+  // Row 2 fully masked; the others keep column 0 at least.
+  at::Tensor mask_46 = sample_randn({4, 6}, 51, c10::kCPU, at::kDouble) > -0.3;
+  mask_46.select(1, 0).fill_(true);
+  mask_46.select(0, 2).fill_(false);
+  // Masks rows of the softmax dim (dim 0) in every column; row 0 kept.
+  at::Tensor mask_rows = sample_randn({5, 1}, 52, c10::kCPU, at::kDouble) > 0.0;
+  mask_rows.select(0, 0).fill_(true);
+  return {
+      {"no mask, last dim [3, 5]", {sample_randn({3, 5}, 53, dev, dt), std::nullopt, -1}},
+      {"same-shape mask with a fully masked row [4, 6]",
+       {sample_randn({4, 6}, 54, dev, dt), mask_46.to(bool_opts), 1}},
+      {"broadcast [5, 1] mask, dim 0 of a transposed input [5, 6]",
+       {sample_randn({6, 5}, 55, dev, dt).t(), mask_rows.to(bool_opts), 0}},
+      {"no mask, middle dim of a sliced 3-d input [2, 4, 3]",
+       {sample_randn({2, 4, 6}, 56, dev, dt).slice(2, 0, 6, 2), std::nullopt, 1}},
+  };
+}
+
+}  // namespace
+
+Op<MaskedSoftmaxArgs>& masked_softmax_op() {
+  static Op<MaskedSoftmaxArgs>& op = []() -> Op<MaskedSoftmaxArgs>& {
+    auto& o = define<MaskedSoftmaxArgs>(
+        "customop::masked_softmax(Tensor input, Tensor? mask, int dim) -> Tensor");
+    o.impl(c10::DeviceType::CPU, &detail::masked_softmax_cpu);
+#ifdef CUSTOMOP_WITH_CUDA
+    o.impl(c10::DeviceType::CUDA, &detail::masked_softmax_cuda);
+#endif
+    o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);
+    o.samples(&masked_softmax_samples);
+    return o;
+  }();
+  return op;
+}
+
+namespace {
+// Loading libcustomop_ops.so registers the op with the dispatcher.
+[[maybe_unused]] const auto& registered = masked_softmax_op();
+}  // namespace
+
+}  // namespace customop::ops

@@ -1,0 +1,116 @@
+// customop::max_along: schema, checks, backward formula, samples, registration.
+
+#include "detail/checks.h"
+#include "detail/max_along.h"
+#include "detail/samples.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/randperm.h>
+#include <ATen/ops/zeros.h>
+
+#include <vector>
+
+namespace customop::ops {
+
+namespace detail {
+
+void check_max_along(const MaxAlongArgs& a, c10::DeviceType device) {
+  check_floating("max_along", "input", a.input, device);
+  const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());
+  if (a.input.dim() > 0) {
+    TORCH_CHECK(a.input.size(dim) > 0, "max_along: input must have a non-empty dim ", a.dim,
+                " to reduce, but got shape ", a.input.sizes());
+  }
+}
+
+std::vector<int64_t> max_along_out_sizes(at::IntArrayRef input_sizes, int64_t dim, bool keepdim) {
+  std::vector<int64_t> out = input_sizes.vec();
+  if (out.empty()) return out;
+  if (keepdim) {
+    out[static_cast<size_t>(dim)] = 1;
+  } else {
+    out.erase(out.begin() + dim);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+struct MaxAlongSaved {
+  at::Tensor indices;
+  std::vector<int64_t> input_sizes;
+  int64_t dim;  // wrapped
+  bool keepdim;
+};
+
+struct MaxAlongGrads {
+  at::Tensor input;
+};
+
+MaxAlongSaved max_along_save(const MaxAlongArgs& a, const MaxAlongResult& out) {
+  return {std::get<1>(out), a.input.sizes().vec(),
+          detail::wrap_dim("max_along", a.dim, a.input.dim()), a.keepdim};
+}
+
+// The max picks one element per slice: grad_input is grad_values scattered to the argmax
+// positions and 0 elsewhere. grad_indices (indices are not differentiable) is ignored.
+MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_values,
+                                 const at::Tensor& /*grad_indices*/) {
+  if (s.input_sizes.empty()) return {grad_values.reshape({})};  // 0-d: the max is the input
+  at::Tensor g = grad_values;
+  at::Tensor idx = s.indices;
+  if (!s.keepdim) {
+    g = g.unsqueeze(s.dim);
+    idx = idx.unsqueeze(s.dim);
+  }
+  return {at::zeros(s.input_sizes, g.options()).scatter(s.dim, idx, g)};
+}
+
+// Distinct values at least 0.37 apart (no ties, so finite differences see no kink).
+at::Tensor distinct(at::IntArrayRef sizes, uint64_t seed, c10::Device dev, c10::ScalarType dt) {
+  int64_t n = 1;
+  for (auto s : sizes) n *= s;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return (at::randperm(n, gen, at::TensorOptions().dtype(at::kDouble)) * 0.37 - 0.2 * n)
+      .reshape(sizes)
+      .to(at::TensorOptions().device(dev).dtype(dt));
+}
+
+std::vector<std::pair<std::string, MaxAlongArgs>> max_along_samples(c10::Device dev,
+                                                                    c10::ScalarType dt) {
+  return {
+      {"last dim [4, 6]", {distinct({4, 6}, 41, dev, dt), -1, false}},
+      {"dim 0, keepdim, transposed [5, 3]", {distinct({3, 5}, 42, dev, dt).t(), 0, true}},
+      {"middle dim of a sliced 3-d input [2, 5, 3]",
+       {distinct({2, 5, 6}, 43, dev, dt).slice(2, 0, 6, 2), 1, false}},
+      {"0-d input", {distinct({}, 44, dev, dt), 0, false}},
+  };
+}
+
+}  // namespace
+
+Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
+  static Op<MaxAlongArgs, MaxAlongResult>& op = []() -> Op<MaxAlongArgs, MaxAlongResult>& {
+    auto& o = define<MaxAlongArgs, MaxAlongResult>(
+        "customop::max_along(Tensor input, int dim, bool keepdim=False) -> "
+        "(Tensor values, Tensor indices)");
+    o.impl(c10::DeviceType::CPU, &detail::max_along_cpu);
+#ifdef CUSTOMOP_WITH_CUDA
+    o.impl(c10::DeviceType::CUDA, &detail::max_along_cuda);
+#endif
+    o.impl_autograd(&max_along_save, &max_along_backward, {true, false});
+    o.samples(&max_along_samples);
+    return o;
+  }();
+  return op;
+}
+
+namespace {
+// Loading libcustomop_ops.so registers the op with the dispatcher.
+[[maybe_unused]] const auto& registered = max_along_op();
+}  // namespace
+
+}  // namespace customop::ops

@@ -1,0 +1,100 @@
+// customop::rms_norm: schema, checks, backward formula, samples, registration.
+
+#include "detail/checks.h"
+#include "detail/rms_norm.h"
+#include "detail/samples.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/rsqrt.h>
+
+namespace customop::ops {
+
+namespace detail {
+
+void check_rms_norm(const RmsNormArgs& a, c10::DeviceType device) {
+  check_same_device("rms_norm", "weight", a.weight, "input", a.input);
+  check_floating("rms_norm", "input", a.input, device);
+  check_same_dtype("rms_norm", "weight", a.weight, "input", a.input);
+  TORCH_CHECK(a.input.dim() >= 1,
+              "rms_norm: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
+  const int64_t d = a.input.size(-1);
+  TORCH_CHECK(a.weight.dim() == 1 && a.weight.size(0) == d,
+              "rms_norm: weight must have shape [D] = [", d, "], but got ", a.weight.sizes());
+  TORCH_CHECK_VALUE(a.eps >= 0, "rms_norm: eps must be >= 0, but got ", a.eps);
+}
+
+}  // namespace detail
+
+namespace {
+
+struct RmsNormSaved {
+  at::Tensor input;
+  at::Tensor weight;
+  double eps;
+};
+
+struct RmsNormGrads {
+  at::Tensor input;
+  at::Tensor weight;
+};
+
+RmsNormSaved rms_norm_save(const RmsNormArgs& a, const at::Tensor& /*output*/) {
+  return {a.input, a.weight, a.eps};
+}
+
+// With r = rsqrt(mean(x^2) + eps) and xhat = x * r (y = xhat * w):
+//   grad_input  = r * (g*w - xhat * mean(g*w * xhat))   (over the last dim)
+//   grad_weight = sum of g * xhat over every leading dim
+// float16/bfloat16 are computed in float32, as the forward reduces.
+RmsNormGrads rms_norm_backward(const RmsNormSaved& s, const at::Tensor& grad) {
+  const auto dtype = s.input.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  const at::Tensor x = s.input.to(acc);
+  const at::Tensor w = s.weight.to(acc);
+  const at::Tensor g = grad.to(acc);
+  const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + s.eps);
+  const at::Tensor xhat = x * r;
+  const at::Tensor gw = g * w;
+  const at::Tensor grad_input = r * (gw - xhat * (gw * xhat).mean(-1, /*keepdim=*/true));
+  const at::Tensor grad_weight = (g * xhat).sum_to_size(w.sizes());
+  return {grad_input.to(dtype), grad_weight.to(dtype)};
+}
+
+std::vector<std::pair<std::string, RmsNormArgs>> rms_norm_samples(c10::Device dev,
+                                                                  c10::ScalarType dt) {
+  using detail::sample_randn;
+  return {
+      {"contiguous [4, 8]",
+       {sample_randn({4, 8}, 1, dev, dt), sample_randn({8}, 2, dev, dt), 1e-6}},
+      {"transposed input [5, 6]",
+       {sample_randn({6, 5}, 3, dev, dt).t(), sample_randn({6}, 4, dev, dt), 1e-5}},
+      {"sliced 3-d input and strided weight [2, 3, 7]",
+       {sample_randn({2, 3, 14}, 5, dev, dt).slice(-1, 0, 14, 2),
+        sample_randn({14}, 6, dev, dt).slice(0, 0, 14, 2), 1e-3}},
+      {"1-d input [33]", {sample_randn({33}, 7, dev, dt), sample_randn({33}, 8, dev, dt), 1e-6}},
+  };
+}
+
+}  // namespace
+
+Op<RmsNormArgs>& rms_norm_op() {
+  static Op<RmsNormArgs>& op = []() -> Op<RmsNormArgs>& {
+    auto& o = define<RmsNormArgs>(
+        "customop::rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");
+    o.impl(c10::DeviceType::CPU, &detail::rms_norm_cpu);
+#ifdef CUSTOMOP_WITH_CUDA
+    o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);
+#endif
+    o.impl_autograd(&rms_norm_save, &rms_norm_backward);
+    o.samples(&rms_norm_samples);
+    return o;
+  }();
+  return op;
+}
+
+namespace {
+// Loading libcustomop_ops.so registers the op with the dispatcher.
+[[maybe_unused]] const auto& registered = rms_norm_op();
+}  // namespace
+
+}  // namespace customop::ops

@@ -1,0 +1,101 @@
+// customop::weighted_sum: schema, checks, backward formula, samples, registration.
+
+#include "detail/checks.h"
+#include "detail/samples.h"
+#include "detail/weighted_sum.h"
+
+#include <ATen/TensorOperators.h>
+
+#include <string>
+
+namespace customop::ops {
+
+namespace detail {
+
+void check_weighted_sum(const WeightedSumArgs& a, c10::DeviceType device) {
+  TORCH_CHECK_VALUE(!a.inputs.empty(),
+                    "weighted_sum: inputs must hold at least one tensor, but got an empty list");
+  const at::Tensor& first = a.inputs[0];
+  for (size_t k = 1; k < a.inputs.size(); ++k) {
+    check_same_device("weighted_sum", ("inputs[" + std::to_string(k) + "]").c_str(),
+                      a.inputs[k], "inputs[0]", first);
+  }
+  check_floating("weighted_sum", "inputs[0]", first, device);
+  for (size_t k = 1; k < a.inputs.size(); ++k) {
+    check_same_dtype("weighted_sum", ("inputs[" + std::to_string(k) + "]").c_str(),
+                     a.inputs[k], "inputs[0]", first);
+  }
+  for (size_t k = 1; k < a.inputs.size(); ++k) {
+    TORCH_CHECK(a.inputs[k].sizes() == first.sizes(), "weighted_sum: inputs[", k,
+                "] must have the shape of inputs[0] = ", first.sizes(), ", but got ",
+                a.inputs[k].sizes());
+  }
+  TORCH_CHECK_VALUE(a.weights.size() == a.inputs.size(),
+                    "weighted_sum: weights must have one entry per tensor in inputs (",
+                    a.inputs.size(), "), but got ", a.weights.size());
+}
+
+}  // namespace detail
+
+namespace {
+
+struct WeightedSumSaved {
+  std::vector<double> weights;
+};
+
+struct WeightedSumGrads {
+  std::vector<at::Tensor> inputs;
+};
+
+WeightedSumSaved weighted_sum_save(const WeightedSumArgs& a, const at::Tensor& /*output*/) {
+  return {a.weights};
+}
+
+// d y / d x_k = w_k: grad of inputs[k] = w_k * g.
+WeightedSumGrads weighted_sum_backward(const WeightedSumSaved& s, const at::Tensor& grad) {
+  WeightedSumGrads out;
+  out.inputs.reserve(s.weights.size());
+  for (double w : s.weights) out.inputs.push_back(grad * w);
+  return out;
+}
+
+std::vector<std::pair<std::string, WeightedSumArgs>> weighted_sum_samples(c10::Device dev,
+                                                                          c10::ScalarType dt) {
+  using detail::sample_randn;
+  return {
+      {"three contiguous [3, 4]",
+       {{sample_randn({3, 4}, 31, dev, dt), sample_randn({3, 4}, 32, dev, dt),
+         sample_randn({3, 4}, 33, dev, dt)},
+        {0.5, -1.25, 2.0}}},
+      {"transposed and sliced [5, 6]",
+       {{sample_randn({6, 5}, 34, dev, dt).t(),
+         sample_randn({5, 12}, 35, dev, dt).slice(1, 0, 12, 2)},
+        {1.5, -0.75}}},
+      {"one input [7]", {{sample_randn({7}, 36, dev, dt)}, {3.0}}},
+      {"0-d inputs", {{sample_randn({}, 37, dev, dt), sample_randn({}, 38, dev, dt)}, {-2.0, 0.25}}},
+  };
+}
+
+}  // namespace
+
+Op<WeightedSumArgs>& weighted_sum_op() {
+  static Op<WeightedSumArgs>& op = []() -> Op<WeightedSumArgs>& {
+    auto& o = define<WeightedSumArgs>(
+        "customop::weighted_sum(Tensor[] inputs, float[] weights) -> Tensor");
+    o.impl(c10::DeviceType::CPU, &detail::weighted_sum_cpu);
+#ifdef CUSTOMOP_WITH_CUDA
+    o.impl(c10::DeviceType::CUDA, &detail::weighted_sum_cuda);
+#endif
+    o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);
+    o.samples(&weighted_sum_samples);
+    return o;
+  }();
+  return op;
+}
+
+namespace {
+// Loading libcustomop_ops.so registers the op with the dispatcher.
+[[maybe_unused]] const auto& registered = weighted_sum_op();
+}  // namespace
+
+}  // namespace customop::ops
