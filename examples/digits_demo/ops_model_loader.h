@@ -1,0 +1,43 @@
+#pragma once
+/// \file
+/// Loading TorchScript models that call customop ops, with an error that says what to do
+/// when the op library is not loaded (torch's own says only "Unknown builtin op").
+
+#include <torch/script.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace customop::examples {
+
+/// Thrown by load_scripted_model() when the model calls an op that no loaded library
+/// registered, typically because libcustomop_ops.so was neither linked nor dlopen'ed.
+class MissingOpError : public std::runtime_error {
+ public:
+  MissingOpError(std::string op, const std::string& message)
+      : std::runtime_error(message), op_(std::move(op)) {}
+  /// The qualified name of the first missing op, e.g. "customop::rms_norm".
+  const std::string& op() const { return op_; }
+
+ private:
+  std::string op_;
+};
+
+/// Loads the shared library at `path` (dlopen, RTLD_NOW | RTLD_GLOBAL) so the ops it defines
+/// register with the dispatcher; the C++ twin of Python's torch.ops.load_library(path).
+/// Throws std::runtime_error naming `path` and dlerror()'s reason when it cannot be loaded.
+/// Example:
+///   customop::examples::load_ops_library("build/release/plugin/ops/libcustomop_ops.so");
+///   auto model = customop::examples::load_scripted_model("digits_model.pt");
+void load_ops_library(const std::string& path);
+
+/// torch::jit::load(`path`) on the CPU. When the model calls an op nobody registered, throws
+/// MissingOpError whose message names the op and says how to load libcustomop_ops.so
+/// (--ops-library PATH, linking customop::ops, or torch.ops.load_library in Python); every
+/// other load error propagates unchanged (c10::Error, torch::jit::ErrorReport).
+/// Example:
+///   try { auto m = customop::examples::load_scripted_model(path); }
+///   catch (const customop::examples::MissingOpError& e) { std::cerr << e.what(); }
+torch::jit::Module load_scripted_model(const std::string& path);
+
+}  // namespace customop::examples

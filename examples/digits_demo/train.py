@@ -1,0 +1,171 @@
+"""Trains a small classifier built from the customop ops on the UCI handwritten digits, as a
+TorchScript module, and exports what the C++ programs need.
+
+    python train.py --ops-library build/release/plugin/ops/libcustomop_ops.so --out DIR
+
+Writes to DIR: digits_model.pt (the trained scripted model), digits_data.pt (the train/test
+split, the model's held-out probabilities and one batch's gradients, for load_and_eval and
+frontend_train), losses_torchscript.csv, train_torchscript.json and loss_curve.png.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DEFAULT_OPS_LIB = ROOT / "build" / "release" / "plugin" / "ops" / "libcustomop_ops.so"
+
+# The recipe frontend_train.cpp repeats; change both together.
+SEED = 0
+TEST_FRACTION = 0.2
+EPOCHS = 40
+BATCH = 64
+LR = 3e-3
+GRAD_BATCH = 64  # the first GRAD_BATCH training images: the batch whose grads C++ compares
+
+
+class DigitsNet(torch.nn.Module):
+    """8x8 digit -> 10 class probabilities, through four of the customop ops.
+
+    x [N, 64] -> Linear(64, 128, no bias) -> bias_gelu(tanh) -> rms_norm -> Linear(128, 64*2)
+      -> maxout over pairs (max_along) -> Linear(64, 10) -> masked_softmax (optional class mask)
+    Maxout: Goodfellow et al. 2013, "Maxout Networks". RMSNorm: Zhang & Sennrich 2019.
+    """
+
+    def __init__(self, hidden: int = 128, features: int = 64, pieces: int = 2, classes: int = 10):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, hidden, bias=False)  # its bias is bias_gelu's
+        self.bias1 = torch.nn.Parameter(torch.zeros(hidden))
+        self.norm1 = torch.nn.Parameter(torch.ones(hidden))
+        self.fc2 = torch.nn.Linear(hidden, features * pieces)
+        self.fc3 = torch.nn.Linear(features, classes)
+        self.features = features
+        self.pieces = pieces
+
+    def forward(self, x: torch.Tensor, class_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = torch.ops.customop.bias_gelu(self.fc1(x), self.bias1, "tanh")
+        h = torch.ops.customop.rms_norm(h, self.norm1, 1e-6)
+        h = self.fc2(h).view(x.size(0), self.features, self.pieces)
+        h, _ = torch.ops.customop.max_along(h, 2, False)
+        return torch.ops.customop.masked_softmax(self.fc3(h), class_mask, 1)
+
+    @torch.jit.export
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-likelihood of labels y [N] (int64)."""
+        return F.nll_loss(torch.log(self.forward(x, None).clamp_min(1e-12)), y)
+
+
+class TensorContainer(torch.nn.Module):
+    """Named tensors, saved with torch.jit.save so C++ reads them with torch::jit::load."""
+
+    def __init__(self, tensors: Dict[str, torch.Tensor]):
+        super().__init__()
+        self.tensors = tensors
+
+    def forward(self) -> int:
+        return len(self.tensors)
+
+
+def load_split():
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=TEST_FRACTION, random_state=SEED, stratify=y)
+    return tuple(torch.from_numpy(a) for a in (x_tr, y_tr, x_te, y_te))
+
+
+def train(model, x_tr, y_tr, x_te, y_te):
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    gen = torch.Generator().manual_seed(SEED)
+    history = []
+    for epoch in range(1, EPOCHS + 1):
+        model.train()
+        perm = torch.randperm(len(x_tr), generator=gen)
+        total, n = 0.0, 0
+        for i in range(0, len(x_tr), BATCH):
+            idx = perm[i:i + BATCH]
+            loss = model.loss(x_tr[idx], y_tr[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+            n += len(idx)
+        model.eval()
+        with torch.no_grad():
+            acc = (model(x_te).argmax(1) == y_te).double().mean().item()
+        history.append((epoch, total / n, acc))
+    return history
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops-library", default=os.environ.get("CUSTOMOP_OPS_LIB", str(DEFAULT_OPS_LIB)),
+                   help="libcustomop_ops.so (default: $CUSTOMOP_OPS_LIB or %(default)s)")
+    p.add_argument("--out", default=str(HERE / "artifacts"), help="output folder (default: %(default)s)")
+    args = p.parse_args(argv)
+    if not os.path.exists(args.ops_library):
+        sys.exit(f"train.py: op library {args.ops_library} not found; build it with "
+                 "`cmake --build --preset release --target customop_ops` or pass --ops-library")
+    torch.ops.load_library(args.ops_library)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+
+    x_tr, y_tr, x_te, y_te = load_split()
+    model = torch.jit.script(DigitsNet())
+    t0 = time.perf_counter()
+    history = train(model, x_tr, y_tr, x_te, y_te)
+    train_s = time.perf_counter() - t0
+
+    model.eval()
+    with torch.no_grad():
+        probs = model(x_te)
+    acc = (probs.argmax(1) == y_te).double().mean().item()
+    model_path = out / "digits_model.pt"
+    model.save(str(model_path))
+    reloaded = torch.jit.load(str(model_path))
+    with torch.no_grad():
+        reload_diff = (reloaded(x_te) - probs).abs().max().item()
+
+    # One batch's gradients, for the C++ loader to compare against.
+    model.train()
+    model.zero_grad()
+    model.loss(x_tr[:GRAD_BATCH], y_tr[:GRAD_BATCH]).backward()
+    tensors = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te,
+               "py_probs_test": probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
+               "y_grad": y_tr[:GRAD_BATCH].clone()}
+    for name, param in model.named_parameters():
+        tensors["grad." + name] = param.grad.detach().clone()
+    torch.jit.script(TensorContainer(tensors)).save(str(out / "digits_data.pt"))
+
+    with open(out / "losses_torchscript.csv", "w") as f:
+        f.write("epoch,train_loss,test_accuracy\n")
+        f.writelines(f"{e},{l:.6f},{a:.6f}\n" for e, l, a in history)
+    summary = {"test_accuracy": acc, "n_train": len(x_tr), "n_test": len(x_te), "epochs": EPOCHS,
+               "train_seconds": train_s, "final_train_loss": history[-1][1],
+               "max_abs_diff_reload": reload_diff}
+    (out / "train_torchscript.json").write_text(json.dumps(summary, indent=1) + "\n")
+    sys.path.insert(0, str(HERE))
+    from plot_losses import plot
+    png = plot(out)
+    print(f"TorchScript model: held-out accuracy {acc:.4f} ({len(x_te)} images), "
+          f"{EPOCHS} epochs in {train_s:.1f} s, final train loss {history[-1][1]:.4f}")
+    print(f"saved {model_path}, {out / 'digits_data.pt'}, {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
