@@ -1,0 +1,170 @@
+"""Glue overhead from Python: forward + backward of rms_norm on [n] float32 (n = 1 and 4096)
+through
+  customop         torch.ops.customop.rms_norm (libcustomop_ops.so: C++ glue + C++ kernel)
+  py_custom_op     torch.library.custom_op + register_autograd of the same math in ATen ops
+  py_function      a torch.autograd.Function of the same math (for reference)
+  aten_composite   the same math as plain ATen ops under autograd (for reference)
+The forward and the backward math of the Python variants are customop's own formulas
+(plugin/ops/rms_norm.cpp), so the kernels cost about the same and the rest is glue.
+
+Timing: one process, rounds interleaving the variants; per variant the median over rounds of
+the per-iteration wall time and of the thread's CPU time (single-threaded: the CPU time is
+what a busy shared machine perturbs least). Instruction counts: with --callgrind, each variant's loop is bracketed
+by callgrind's collect toggle and dumped as "<variant>/<n>" (run under
+valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no; bench/run does).
+Prints one JSON object: {"time_ns": {"<variant>/<n>": ns}, "cpu_ns": {...}, ...}.
+"""
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+EPS = 1e-6
+SIZES = (1, 4096)
+
+
+@torch.library.custom_op("glue_py::rms_norm", mutates_args=())
+def py_rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return input * torch.rsqrt(input.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+@py_rms_norm.register_fake
+def _(input, weight, eps):
+    return torch.empty_like(input)
+
+
+def _rms_norm_backward(x, w, eps, g):
+    # customop's formula (plugin/ops/rms_norm.cpp): r = rsqrt(mean(x^2) + eps), xhat = x * r,
+    # grad_input = r * (g*w - xhat * mean(g*w * xhat)), grad_weight = sum over rows of g * xhat.
+    r = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    xhat = x * r
+    gw = g * w
+    grad_input = r * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+    grad_weight = (g * xhat).sum_to_size(w.shape)
+    return grad_input, grad_weight
+
+
+def _setup_context(ctx, inputs, output):
+    input, weight, eps = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.eps = eps
+
+
+def _backward(ctx, grad):
+    x, w = ctx.saved_tensors
+    gi, gw = _rms_norm_backward(x, w, ctx.eps, grad)
+    return gi, gw, None
+
+
+py_rms_norm.register_autograd(_backward, setup_context=_setup_context)
+
+
+class RmsNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        gi, gw = _rms_norm_backward(x, w, ctx.eps, grad)
+        return gi, gw, None
+
+
+def variants():
+    cop = torch.ops.customop.rms_norm
+    return {
+        "customop": lambda x, w: cop(x, w, EPS),
+        "py_custom_op": lambda x, w: py_rms_norm(x, w, EPS),
+        "py_function": lambda x, w: RmsNormFunction.apply(x, w, EPS),
+        "aten_composite": lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w,
+    }
+
+
+def make_loop(f, n):
+    x = torch.randn(n, requires_grad=True)
+    w = torch.randn(n, requires_grad=True)
+    g = torch.ones(n)
+
+    def loop(iterations):
+        for _ in range(iterations):
+            y = f(x, w)
+            y.backward(g)
+            x.grad = None
+            w.grad = None
+
+    return loop, (x, w, g)
+
+
+def check_same(fs):
+    """The variants must agree (values and grads) before their speed means anything."""
+    torch.manual_seed(0)
+    x0, w0, g = torch.randn(4096), torch.randn(4096), torch.randn(4096)
+    ref = None
+    for name, f in fs.items():
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        y = f(x, w)
+        y.backward(g)
+        got = (y.detach(), x.grad, w.grad)
+        if ref is None:
+            ref = got
+        elif not all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, ref)):
+            sys.exit(f"glue_python: {name} disagrees with customop (values or grads)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lib", required=True, help="path of libcustomop_ops.so")
+    p.add_argument("--iterations", type=int, default=200, help="iterations per round")
+    p.add_argument("--rounds", type=int, default=15, help="timed rounds per variant")
+    p.add_argument("--callgrind", metavar="LIB",
+                   help="libcallgrind_toggle.so: count instructions instead of timing")
+    a = p.parse_args()
+
+    torch.set_num_threads(1)
+    torch.ops.load_library(a.lib)
+    fs = variants()
+    check_same(fs)
+    out = {"torch": torch.__version__, "iterations": a.iterations}
+
+    if a.callgrind:
+        cg = ctypes.CDLL(a.callgrind)
+        cg.customop_callgrind_dump.argtypes = [ctypes.c_char_p]
+        cg.customop_callgrind_start()
+        for n in SIZES:
+            for name, f in fs.items():
+                loop, _ = make_loop(f, n)
+                loop(20)  # warm-up, not collected
+                cg.customop_callgrind_toggle_collect()
+                loop(a.iterations)
+                cg.customop_callgrind_toggle_collect()
+                cg.customop_callgrind_dump(f"{name}/{n}".encode())
+        out["dumps"] = [f"{name}/{n}" for n in SIZES for name in fs]
+    else:
+        loops = {f"{name}/{n}": make_loop(f, n)[0] for n in SIZES for name, f in fs.items()}
+        for loop in loops.values():
+            loop(max(10, a.iterations // 10))  # warm-up
+        wall = {k: [] for k in loops}
+        cpu = {k: [] for k in loops}
+        for _ in range(a.rounds):
+            for key, loop in loops.items():
+                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+                loop(a.iterations)
+                wall[key].append((time.perf_counter_ns() - t0) / a.iterations)
+                cpu[key].append((time.thread_time_ns() - c0) / a.iterations)
+        out["time_ns"] = {k: statistics.median(v) for k, v in wall.items()}
+        out["cpu_ns"] = {k: statistics.median(v) for k, v in cpu.items()}
+        out["rounds"] = a.rounds
+    json.dump(out, sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+// CPU kernels vs their ATen composites, forward only, float32, 4 KiB .. 256 MiB of input,
+// and a plain tensor copy_ of the same size as this machine's memory-bandwidth yardstick.
+// Every benchmark reports bytes_per_second (SetBytesProcessed) over the bytes the op must
+// move at least (inputs read once + outputs written once), so customop, the composite and
+// copy_ are compared on the same traffic; bench/run turns them into ratios.
+// Names: "<op>/<variant>/<bytes of input>", variant customop | composite; the yardsticks
+// "copy/<copy_ | memcpy | clone>/<bytes>" (see run_copy).
+// Both variants run under c10::InferenceMode: the autograd layer is skipped alike, the glue
+// is measured by glue_bench. Before timing, the customop output is checked against the
+// composite (allclose); a mismatch fails the benchmark (SkipWithError).
+
+#include <customop/ops/bias_gelu.h>
+#include <customop/ops/clamp_count.h>
+#include <customop/ops/masked_softmax.h>
+#include <customop/ops/max_along.h>
+#include <customop/ops/rms_norm.h>
+#include <customop/ops/weighted_sum.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace ops = customop::ops;
+
+constexpr int64_t kD = 1024;                   // row length of the row-wise ops (4 KiB of float32)
+constexpr int64_t kSizes[] = {int64_t{4} << 10, int64_t{1} << 20, int64_t{16} << 20,
+                              int64_t{256} << 20};  // bytes of the input tensor
+constexpr double kEps = 1e-6;
+constexpr double kMin = -0.5, kMax = 0.5;       // clamp_count bounds: ~60% of U(-2, 2) clamped
+const std::vector<double> kWeights{0.5, 2.0};  // weighted_sum: K = 2 inputs
+
+at::Tensor uniform(std::vector<int64_t> shape) {
+  return at::empty(shape, at::kFloat).uniform_(-2.0, 2.0);
+}
+
+/// One op's inputs at one size, its two implementations and the bytes each call must move.
+struct Case {
+  using Outputs = std::vector<at::Tensor>;
+  std::function<Outputs()> customop;   // outputs to compare
+  std::function<Outputs()> composite;  // the same math in ATen ops
+  int64_t bytes = 0;
+  /// Maps outputs to what must agree; unset: the outputs themselves. NB: max_along compares
+  /// the values at the returned indices, since a tie may pick another (equally valid) index.
+  std::function<Outputs(const Outputs&)> comparable;
+};
+
+using MakeCase = std::function<Case(int64_t bytes)>;
+
+Case rms_norm_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  auto x = uniform({rows, kD}), w = uniform({kD});
+  return {[=] { return std::vector{ops::rms_norm_op()(ops::RmsNormArgs{x, w, kEps})}; },
+          [=] { return std::vector{x * at::rsqrt(x.pow(2).mean(-1, true) + kEps) * w}; },
+          2 * bytes + static_cast<int64_t>(w.nbytes())};
+}
+
+Case bias_gelu_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  auto x = uniform({rows, kD}), b = uniform({kD});
+  return {[=] { return std::vector{ops::bias_gelu_op()(ops::BiasGeluArgs{x, b, "none"})}; },
+          [=] { return std::vector{at::gelu(x + b)}; },
+          2 * bytes + static_cast<int64_t>(b.nbytes())};
+}
+
+Case clamp_count_case(int64_t bytes) {
+  auto x = uniform({bytes / 4});
+  return {[=] {
+            auto [y, n] = ops::clamp_count_op()(ops::ClampCountArgs{x, kMin, kMax});
+            return std::vector{y, at::scalar_tensor(n, at::kLong)};
+          },
+          [=] {
+            auto y = at::clamp(x, kMin, kMax);
+            const int64_t n = ((x < kMin) | (x > kMax)).sum().item<int64_t>();
+            return std::vector{y, at::scalar_tensor(n, at::kLong)};
+          },
+          2 * bytes};
+}
+
+Case masked_softmax_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  auto x = uniform({rows, kD});
+  auto mask = at::rand({rows, kD}) > 0.3;  // keep 70%; no row is fully masked at D = 1024
+  return {[=] { return std::vector{ops::masked_softmax_op()(ops::MaskedSoftmaxArgs{x, mask, -1})}; },
+          [=] {
+            const double inf = std::numeric_limits<double>::infinity();
+            return std::vector{at::softmax(x.masked_fill(~mask, -inf), -1).nan_to_num(0.0)};
+          },
+          2 * bytes + static_cast<int64_t>(mask.nbytes())};
+}
+
+Case max_along_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  auto x = uniform({rows, kD});
+  return {[=] {
+            auto [v, i] = ops::max_along_op()(ops::MaxAlongArgs{x, -1, false});
+            return std::vector{v, i};
+          },
+          [=] {
+            auto [v, i] = at::max(x, -1);
+            return std::vector{v, i};
+          },
+          bytes + rows * (4 + 8),
+          [=](const Case::Outputs& o) {
+            return Case::Outputs{o[0], x.gather(-1, o[1].unsqueeze(-1)).squeeze(-1)};
+          }};
+}
+
+Case weighted_sum_case(int64_t bytes) {
+  std::vector<at::Tensor> xs;
+  for (size_t k = 0; k < kWeights.size(); ++k) xs.push_back(uniform({bytes / 4}));
+  const auto w = at::tensor(kWeights, at::kFloat).view({-1, 1});
+  return {[=] { return std::vector{ops::weighted_sum_op()(ops::WeightedSumArgs{xs, kWeights})}; },
+          [=] { return std::vector{at::stack(xs).mul(w).sum(0)}; },
+          static_cast<int64_t>(xs.size() + 1) * bytes};
+}
+
+void run_case(benchmark::State& state, const MakeCase& make, bool customop) {
+  c10::InferenceMode guard;
+  const Case c = make(state.range(0));
+  const auto mine = c.comparable ? c.comparable(c.customop()) : c.customop();
+  const auto ref = c.comparable ? c.comparable(c.composite()) : c.composite();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const bool ok = mine[i].is_floating_point()
+                        ? at::allclose(mine[i], ref[i], /*rtol=*/1e-4, /*atol=*/1e-5)
+                        : at::equal(mine[i], ref[i]);
+    if (!ok) {
+      state.SkipWithError(("customop output " + std::to_string(i) + " differs from the composite").c_str());
+      return;
+    }
+  }
+  const auto& fn = customop ? c.customop : c.composite;
+  for (auto _ : state) {
+    auto out = fn();
+    benchmark::DoNotOptimize(out.front().data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * c.bytes);
+  state.counters["bytes_moved"] = static_cast<double>(c.bytes);
+}
+
+/// The yardsticks, 2 x size bytes each: copy_ into a tensor allocated (and touched) once
+/// (ATen's threads), std::memcpy likewise (one thread), and clone(), which allocates its
+/// output every call as the ops and composites do (so it pays the same page faults).
+enum class Copy { kCopy, kMemcpy, kClone };
+
+void run_copy(benchmark::State& state, Copy kind) {
+  c10::InferenceMode guard;
+  const int64_t n = state.range(0) / 4;
+  auto src = uniform({n});
+  auto dst = at::zeros({n}, at::kFloat);
+  for (auto _ : state) {
+    switch (kind) {
+      case Copy::kCopy:
+        dst.copy_(src);
+        benchmark::DoNotOptimize(dst.data_ptr());
+        break;
+      case Copy::kMemcpy:
+        std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(state.range(0)));
+        benchmark::DoNotOptimize(dst.data_ptr());
+        break;
+      case Copy::kClone: {
+        auto out = src.clone();
+        benchmark::DoNotOptimize(out.data_ptr());
+        break;
+      }
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * state.range(0));
+  state.counters["bytes_moved"] = static_cast<double>(2 * state.range(0));
+}
+
+/// NB: CUSTOMOP_BENCH_ITERATIONS=N fixes the iterations (for callgrind: instructions per call
+/// are then total / (N + 2), the 2 being the correctness check's calls).
+void apply_sizes(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+  if (const char* n = std::getenv("CUSTOMOP_BENCH_ITERATIONS")) {
+    b->Iterations(std::max(1L, std::strtol(n, nullptr, 10)));
+  } else {
+    b->MinTime(0.1);
+  }
+}
+
+[[maybe_unused]] const bool registered = [] {
+  const std::pair<const char*, MakeCase> cases[] = {
+      {"rms_norm", rms_norm_case},       {"bias_gelu", bias_gelu_case},
+      {"clamp_count", clamp_count_case}, {"masked_softmax", masked_softmax_case},
+      {"max_along", max_along_case},     {"weighted_sum", weighted_sum_case}};
+  // Size-major order: copy_ and every op at one size run back to back, so the yardstick and
+  // the ops see the same machine load.
+  for (const int64_t size : kSizes) {
+    for (const auto& [name, kind] : {std::pair{"copy/copy_", Copy::kCopy},
+                                     std::pair{"copy/memcpy", Copy::kMemcpy},
+                                     std::pair{"copy/clone", Copy::kClone}}) {
+      apply_sizes(benchmark::RegisterBenchmark(
+                      name, [kind = kind](benchmark::State& s) { run_copy(s, kind); })
+                      ->Arg(size));
+    }
+    for (const auto& [name, make] : cases) {
+      for (const bool customop : {true, false}) {
+        const std::string bm = std::string(name) + (customop ? "/customop" : "/composite");
+        apply_sizes(benchmark::RegisterBenchmark(
+                        bm.c_str(), [make = make, customop](benchmark::State& s) { run_case(s, make, customop); })
+                        ->Arg(size));
+      }
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every core this machine has (ATen's default may differ under a cgroup quota);
+  // CUSTOMOP_BENCH_THREADS=N overrides (1 for callgrind: one call stack holds all the work).
+  const char* threads = std::getenv("CUSTOMOP_BENCH_THREADS");
+  at::set_num_threads(threads ? std::max(1, std::atoi(threads))
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("aten_threads", std::to_string(at::get_num_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
