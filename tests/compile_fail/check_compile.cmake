@@ -3,6 +3,9 @@
 #   cmake -D COMPILER=<c++> -D INCLUDES=<a|b> -D SYSTEM_INCLUDES=<c|d> -D DEFINES=<d>
 #         -D SOURCE=<file> -D EXPECT=<msg> -P check_compile.cmake
 set(_args -std=c++20 -fsyntax-only "-D${DEFINES}")
+if(PCH)
+  list(APPEND _args -include "${PCH}")
+endif()
 string(REPLACE "|" ";" _includes "${INCLUDES}")
 foreach(_dir IN LISTS _includes)
   if(_dir)

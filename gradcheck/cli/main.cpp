@@ -1,0 +1,176 @@
+// customop-gradcheck: parse the flags, call the gradcheck library, map the result to an exit
+// code (0 all passed, 1 a check failed or an op raised, 2 usage or bad input).
+
+#include <customop/gradcheck/gradcheck.h>
+#include <customop/gradcheck/report.h>
+#include <customop/gradcheck/runner.h>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace gc = customop::gradcheck;
+
+constexpr int kPassed = 0;
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+
+int usage_error(const std::string& what) {
+  std::cerr << "customop-gradcheck: " << what << "\n";
+  return kUsage;
+}
+
+std::string first_line(const std::exception& e) {
+  std::string what;
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
+    what = ce->what_without_backtrace();
+  } else {
+    what = e.what();
+  }
+  return what.substr(0, what.find('\n'));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Checks the backward formulas of PyTorch dispatcher ops against finite differences.\n"
+      "By default: every op registered through customop (the built-in ops and those of the\n"
+      "--load'ed libraries) x device x dtype x registered sample."};
+  app.footer(
+      "Exit status: 0 every check passed (skips allowed), 1 a check failed or an op raised, "
+      "2 usage or bad input.\nInput spec format (--samples): see customop/gradcheck/runner.h, "
+      "load_spec_file.");
+  bool list = false;
+  std::string op_glob = "*";
+  std::string device = "all", dtype = "all", mode = "slow";
+  uint64_t seed = 0;
+  double eps = 0, atol = 0, rtol = 0;
+  double nondet_tol = 0.0;
+  bool second_order = false;
+  std::string low_precision = "auto";
+  std::string json_path, heatmap_dir, samples_path;
+  std::vector<std::string> libraries;
+  bool quiet = false;
+
+  app.add_flag("--list", list, "List the ops that would be checked, then exit");
+  app.add_option("--op", op_glob, "Glob on the qualified op name, e.g. 'customop::*'");
+  app.add_option("--device", device, "cpu, cuda or all")
+      ->check(CLI::IsMember({"cpu", "cuda", "all"}));
+  app.add_option("--dtype", dtype, "float32, float64 or all")
+      ->check(CLI::IsMember({"float32", "float64", "all"}));
+  app.add_option("--mode", mode, "slow (full Jacobians), fast (random projections) or both")
+      ->check(CLI::IsMember({"slow", "fast", "both"}));
+  app.add_option("--seed", seed, "Seed of the samples, projections and grad_outputs");
+  app.add_option("--eps", eps, "Central-difference step (default by dtype)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--atol", atol, "Absolute tolerance (default by dtype)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rtol", rtol, "Relative tolerance (default by dtype)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--nondet-tol", nondet_tol, "Tolerance of the reentrancy check (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--low-precision", low_precision,
+                 "Numerical method for float32: auto, float64-reference, ridders, central")
+      ->check(CLI::IsMember({"auto", "float64-reference", "ridders", "central"}));
+  app.add_flag("--second-order", second_order,
+               "Also check second derivatives (gradgradcheck) of every op");
+  app.add_option("--json", json_path, "Write every case's result as JSON to FILE");
+  app.add_option("--heatmap", heatmap_dir,
+                 "Write PNG heatmaps of |numerical - analytical| of failing pairs into DIR");
+  app.add_option("--load", libraries, "dlopen LIB.so before checking (repeatable)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--samples", samples_path,
+                 "Check the cases of a JSON input spec (any dispatcher op) instead of the "
+                 "registered samples")
+      ->check(CLI::ExistingFile);
+  app.add_flag("-q,--quiet", quiet, "No progress lines on stderr");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what() + std::string(" (see --help)"));
+  }
+
+  try {
+    for (const auto& lib : libraries) gc::load_library(lib);
+  } catch (const std::exception& e) {
+    return usage_error(first_line(e));
+  }
+
+  gc::RunOptions run;
+  run.op_glob = op_glob;
+  run.devices.clear();
+  if (device != "cuda") run.devices.push_back(c10::DeviceType::CPU);
+  if (device != "cpu") run.devices.push_back(c10::DeviceType::CUDA);
+  run.dtypes.clear();
+  if (dtype != "float64") run.dtypes.push_back(c10::ScalarType::Float);
+  if (dtype != "float32") run.dtypes.push_back(c10::ScalarType::Double);
+  run.modes.clear();
+  if (mode != "fast") run.modes.push_back(gc::Mode::kSlow);
+  if (mode != "slow") run.modes.push_back(gc::Mode::kFast);
+  run.check.seed = seed;
+  if (app.count("--eps")) run.check.eps = eps;
+  if (app.count("--atol")) run.check.atol = atol;
+  if (app.count("--rtol")) run.check.rtol = rtol;
+  run.check.nondet_tol = nondet_tol;
+  run.check.check_second_order = second_order;
+  run.check.low_precision = low_precision == "ridders"             ? gc::LowPrecisionMethod::kRidders
+                            : low_precision == "central"           ? gc::LowPrecisionMethod::kCentral
+                            : low_precision == "float64-reference" ? gc::LowPrecisionMethod::kFloat64Reference
+                                                                   : gc::LowPrecisionMethod::kAuto;
+  if (!quiet) run.progress = [](const std::string& line) { std::cerr << line << std::endl; };
+
+  gc::RunSummary summary;
+  try {
+    if (!samples_path.empty()) {
+      const auto cases = gc::load_spec_file(samples_path);
+      if (list) {
+        for (const auto& c : cases) std::cout << c.op << "  \"" << c.label << "\"\n";
+        return kPassed;
+      }
+      summary = gc::run_spec_cases(cases, run);
+    } else {
+      if (list) {
+        const std::string ops = gc::format_op_list(op_glob);
+        if (ops.empty()) return usage_error("no registered op matches '" + op_glob + "'");
+        std::cout << ops;
+        return kPassed;
+      }
+      summary = gc::run_registered_ops(run);
+    }
+  } catch (const std::exception& e) {
+    return usage_error(first_line(e));
+  }
+
+  std::cout << gc::format_summary(summary);
+  for (const auto& c : summary.cases) {
+    if (c.status == gc::CaseStatus::kFailed) std::cout << "\n" << c.result.message();
+  }
+  try {
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      if (!out) return usage_error("cannot write '" + json_path + "'");
+      out << gc::to_json(summary) << "\n";
+    }
+    if (!heatmap_dir.empty()) {
+      for (const auto& path : gc::write_heatmaps(summary, heatmap_dir)) {
+        std::cerr << "heatmap: " << path << "\n";
+      }
+    }
+  } catch (const std::exception& e) {
+    return usage_error(first_line(e));
+  }
+  return summary.ok() ? kPassed : kFailed;
+}

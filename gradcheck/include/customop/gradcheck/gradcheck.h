@@ -1,0 +1,96 @@
+#pragma once
+/// \file
+/// `customop::gradcheck::gradcheck`: checks an op's backward against finite differences of
+/// its forward, as torch.autograd.gradcheck does, plus the checks it leaves to its users.
+///
+/// Example:
+///   auto& op = customop::define<ScaleArgs>("myns::scale(Tensor x, float alpha) -> Tensor");
+///   ...
+///   auto r = customop::gradcheck::gradcheck(op, ScaleArgs{x.requires_grad_(), 5.0});
+///   if (!r.passed) std::cerr << r.message();
+
+#include <customop/gradcheck/options.h>
+#include <customop/gradcheck/result.h>
+#include <customop/op.h>
+#include <customop/op_core.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace customop::gradcheck {
+
+/// Thrown by a failed check when GradcheckOptions::raise_exception is on; what() is the full
+/// report (first line: the first failure's headline).
+class GradcheckError : public std::runtime_error {
+ public:
+  explicit GradcheckError(GradcheckResult result);
+  const GradcheckResult& result() const { return result_; }
+
+ private:
+  GradcheckResult result_;
+};
+
+/// Any boxed callable: what gradcheck needs to know about a function it did not get as a
+/// dispatcher op.
+struct BoxedFunction {
+  std::string name;                       ///< shown in every message, e.g. "ns::op"
+  std::vector<std::string> arg_names;     ///< one per argument of the stack
+  std::vector<std::string> return_names;  ///< one per return; empty names become "output <k>"
+  /// Pops the arguments off the stack and pushes the returns (c10::OperatorHandle::callBoxed).
+  std::function<void(torch::jit::Stack&)> call;
+  /// The same function with CPU copies of the arguments, for the CUDA/CPU comparison; empty
+  /// when there is none.
+  std::function<void(torch::jit::Stack&)> call_cpu;
+};
+
+/// Checks the gradients of the dispatcher op `op` (any op: customop, another project's
+/// TORCH_LIBRARY op, aten) at `args`, one IValue per schema argument.
+/// The differentiable inputs are the floating tensors (also in Tensor? and Tensor[]
+/// arguments) that require grad; the differentiable outputs the returned tensors that require
+/// grad. In messages, output i counts differentiable outputs and input j counts inputs that
+/// require grad (torch's numbering), followed by the argument's schema name.
+/// \param op       the operator; called through the dispatcher (autograd included)
+/// \param args     its arguments in schema order; tensors on one device (CPU or CUDA);
+///                 they are not modified (the check perturbs copies of the same strides)
+/// \param options  see GradcheckOptions
+/// \returns        the result; `passed` is false when a check failed (raise_exception off)
+/// \throws c10::ValueError when no input requires grad, or an input that requires grad has a
+///         stride-0 dimension or overlapping memory, or is complex: always, raise_exception
+///         or not (torch does the same).
+/// \throws the op's own errors, unchanged, whenever the forward raises.
+/// \throws GradcheckError when a check failed and raise_exception is on.
+GradcheckResult gradcheck(const c10::OperatorHandle& op, const torch::jit::Stack& args,
+                          const GradcheckOptions& options = {});
+
+/// Same for a customop op given by its core (the CUDA/CPU comparison uses has_kernel(CPU)).
+GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
+                          const GradcheckOptions& options = {});
+
+/// Same for a typed customop op and its args struct.
+/// Example:
+///   auto r = customop::gradcheck::gradcheck(op, ScaleArgs{.x = x.requires_grad_(), .alpha = 5});
+template <class Args, class Ret>
+GradcheckResult gradcheck(const Op<Args, Ret>& op, const Args& args,
+                          const GradcheckOptions& options = {}) {
+  return gradcheck(static_cast<const OpCore&>(op), Op<Args, Ret>::to_stack(args), options);
+}
+
+/// Same for any boxed function (tests, Python-free callables).
+GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args,
+                          const GradcheckOptions& options = {});
+
+/// gradcheck with the second-order check on (torch.autograd.gradgradcheck): random
+/// grad_outputs in [-1, 1] (seeded), then the Jacobian of (inputs, grad_outputs) -> grads
+/// computed with create_graph. The first-order checks run as well.
+template <class OpT, class ArgsT>
+GradcheckResult gradgradcheck(const OpT& op, const ArgsT& args, GradcheckOptions options = {}) {
+  options.check_second_order = true;
+  return gradcheck(op, args, options);
+}
+
+}  // namespace customop::gradcheck

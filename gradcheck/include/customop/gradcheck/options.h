@@ -1,0 +1,143 @@
+#pragma once
+/// \file
+/// `customop::gradcheck::GradcheckOptions`: what the gradient check compares, and how closely.
+///
+/// Example:
+///   customop::gradcheck::GradcheckOptions opt;
+///   opt.mode = customop::gradcheck::Mode::kFast;
+///   opt.seed = 7;
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace customop::gradcheck {
+
+/// How the analytical Jacobian (from backward) is compared with the numerical one.
+enum class Mode : std::uint8_t {
+  /// Full Jacobians, as torch.autograd.gradcheck's default: the numerical Jacobian by central
+  /// differences per input element, (f(x + h) - f(x - h)) / ((x + h) - (x - h)) with the
+  /// perturbation as stored (2 forward calls each, 2 per Ridders level), the analytical one by
+  /// one VJP per output element with a one-hot grad_output (done twice, for the reentrancy
+  /// check). Mismatches are judged per entry, per (output, input) pair.
+  kSlow,
+  /// Random projections: with seeded random unit vectors u (per input) and v (per output),
+  /// compares v^T (J u) (numerical, 2 forward calls per input) with (v^T J) u (analytical,
+  /// 2 VJPs per output). As torch's fast_mode, but atol is NOT scaled by sum(u) * sum(v): that
+  /// scaling made torch's fast mode miss a wrong gradient (pytorch#59650). u and v are
+  /// Gaussian with mean 1 (so errors of the form c * 1 1^T, such as a constant added to every
+  /// grad, do not vanish in the projection), and u is tilted towards the analytical v^T J (so
+  /// the projection stays away from 0, where atol would hide a relative error). A failing
+  /// (output, input) pair is re-checked in slow mode for the report.
+  kFast,
+};
+
+/// "slow" / "fast".
+std::string_view mode_name(Mode mode);
+
+/// How the numerical Jacobian is computed when a differentiable input is float32 (or
+/// float16 / bfloat16), where central differences with eps = 1e-6 are swamped by round-off.
+enum class LowPrecisionMethod : std::uint8_t {
+  /// kFloat64Reference when the op runs in float64 on the same device (its outputs come back
+  /// float64), else kRidders.
+  kAuto,
+  /// Differences of the op run in float64 (every floating tensor argument cast to float64),
+  /// with eps; the analytical Jacobian still comes from the low-precision backward. Falls back
+  /// to kRidders (with a note in the result) when the op does not run in float64.
+  kFloat64Reference,
+  /// Ridders' extrapolation (Ridders 1982; Numerical Recipes 3rd ed. section 5.7, `dfridr`)
+  /// over central differences in the input's own dtype, starting at a relative step
+  /// `ridders_initial_step * max(1, |x|)` and shrinking it `ridders_levels - 1` times by
+  /// `ridders_shrink`, as Ceres' GradientChecker does. Steps are exactly what the dtype stores:
+  /// the differences are divided by the perturbation actually applied ((x + h) - (x - h)).
+  kRidders,
+  /// Plain central differences with eps in the input's own dtype: what torch.autograd.gradcheck
+  /// does, kept to show why it fails correct float32 ops.
+  kCentral,
+};
+
+/// "auto" / "float64-reference" / "ridders" / "central".
+std::string_view low_precision_method_name(LowPrecisionMethod method);
+
+/// Finite-difference step and comparison tolerances. A Jacobian entry passes when
+/// |analytical - numerical| <= atol + rtol * |numerical| (torch.allclose's rule, as
+/// torch.autograd.gradcheck).
+struct Tolerances {
+  double eps;   ///< central-difference step (absolute, in the input's units), as torch's eps
+  double atol;  ///< absolute tolerance
+  double rtol;  ///< relative tolerance, relative to |numerical|
+};
+
+/// The tolerances used for inputs of `dtype` when GradcheckOptions leaves them unset:
+/// | dtype    | eps  | atol | rtol | source                                            |
+/// |----------|------|------|------|---------------------------------------------------|
+/// | float64  | 1e-6 | 1e-5 | 1e-3 | torch.autograd.gradcheck's defaults               |
+/// | float32  | 1e-6 | 1e-4 | 2e-3 | rtol as JAX check_grads for f32; atol 10x float64's |
+/// | float16  | 1e-6 | 1e-2 | 1e-2 | JAX check_grads for f16                           |
+/// | bfloat16 | 1e-6 | 1e-1 | 1e-1 | JAX check_grads for bf16                          |
+/// eps only applies where the differences run in float64 (float64 inputs or the float64
+/// reference); low-precision differences use the Ridders steps.
+Tolerances default_tolerances(c10::ScalarType dtype);
+
+/// Options of a gradient check. The defaults mirror torch.autograd.gradcheck where it has one
+/// (slow mode, eps/atol/rtol for float64, nondet_tol 0, undefined-grad check on), and turn on
+/// the checks it leaves off by default (grad dtype) or does not make (non-differentiable
+/// points, CUDA against CPU, float32 rules).
+struct GradcheckOptions {
+  /// Slow (full Jacobians) or fast (random projections). Default slow, as torch.
+  Mode mode = Mode::kSlow;
+  /// Overrides of the per-dtype defaults (default_tolerances); unset: by dtype.
+  std::optional<double> eps;
+  std::optional<double> atol;
+  std::optional<double> rtol;
+  /// Largest difference allowed between two backward runs with the same input and
+  /// grad_output (the reentrancy check); 0 demands bit-identical grads, as torch's default.
+  double nondet_tol = 0.0;
+  /// Seeds the fast-mode projections, the grad_outputs of the second-order check and of the
+  /// CUDA/CPU comparison. Drawn from a private CPU generator: the global RNG is not touched.
+  std::uint64_t seed = 0;
+  /// On a failed check throw GradcheckError (true), or only return the result (false).
+  /// Invalid inputs throw in both cases, and so do errors of the function itself.
+  bool raise_exception = true;
+  /// Backward must survive undefined output grads (each in turn, then all) and return zero
+  /// or undefined grads for them.
+  bool check_undefined_grad = true;
+  /// A zero grad_output must give zero grads ("backward not multiplied by grad_output").
+  bool check_grad_output_scaling = true;
+  /// Grads must have their input's dtype, device and shape (torch: check_grad_dtypes, off
+  /// there by default; on here).
+  bool check_grad_metadata = true;
+  /// Also check the forward gives the same outputs whether or not grads are requested (Ceres
+  /// GradientChecker makes this check).
+  bool check_forward_grad_mode = true;
+  /// When a Jacobian entry mismatches where the left and right one-sided differences
+  /// disagree, report "not differentiable at <arg>[index]" instead of a mismatch.
+  bool detect_nondifferentiable = true;
+  /// On CUDA inputs, also run the op on CPU copies and compare outputs and grads (when the op
+  /// has a CPU kernel).
+  bool check_cuda_against_cpu = true;
+  /// Second order (gradgradcheck): check the Jacobian of (inputs, grad_outputs) -> grads
+  /// computed with create_graph. Opt in: only for ops whose backward is differentiable.
+  bool check_second_order = false;
+  /// Numerical method for float32 / float16 / bfloat16 inputs.
+  LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
+  /// Ridders: first step relative to max(1, |x|) (Ceres: 1e-2), shrink factor per level
+  /// (Ceres: 2), number of step sizes (Ceres: up to 10; each costs 2 forward calls).
+  double ridders_initial_step = 1e-2;
+  double ridders_shrink = 2.0;
+  int ridders_levels = 6;
+  /// Keep the numerical and analytical Jacobians of every checked pair in the result, not
+  /// only those of failing pairs (which are kept when they have at most 2^22 entries).
+  bool keep_jacobians = false;
+  /// Shown in reports: which sample this is (e.g. "transposed [5, 6]").
+  std::string label;
+};
+
+/// The tolerances a check of inputs whose least precise floating dtype is `dtype` uses:
+/// the overrides of `options`, else default_tolerances(dtype).
+Tolerances resolve_tolerances(const GradcheckOptions& options, c10::ScalarType dtype);
+
+}  // namespace customop::gradcheck

@@ -1,0 +1,121 @@
+#pragma once
+/// \file
+/// Runs the gradient check over many cases: every registered customop op x device x dtype x
+/// mode x sample (samples from `OpCore::samples`), or the cases of an input spec file for any
+/// dispatcher op. What the `customop-gradcheck` CLI calls.
+///
+/// Example:
+///   customop::gradcheck::RunOptions run;
+///   run.op_glob = "customop::*";
+///   auto summary = customop::gradcheck::run_registered_ops(run);
+///   return summary.ok() ? 0 : 1;
+
+#include <customop/gradcheck/options.h>
+#include <customop/gradcheck/result.h>
+
+#include <ATen/core/stack.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace customop::gradcheck {
+
+/// What became of one case.
+enum class CaseStatus : std::uint8_t {
+  kPassed,
+  kFailed,   ///< a check failed (see result.failures)
+  kSkipped,  ///< not run: no GPU, no kernel for the device, no samples, no backward formula
+  kError,    ///< the op itself raised (forward), or the inputs were invalid
+};
+
+/// "passed" / "failed" / "skipped" / "error".
+std::string_view status_name(CaseStatus status);
+
+/// One op x device x dtype x mode x sample.
+struct CaseResult {
+  std::string op;
+  std::string device;  ///< "cpu", "cuda"
+  std::string dtype;   ///< "float32", "float64"
+  Mode mode = Mode::kSlow;
+  std::string label;   ///< the sample's label
+  CaseStatus status = CaseStatus::kPassed;
+  std::string reason;  ///< why skipped, or the error's one-line message
+  GradcheckResult result;  ///< filled for passed and failed cases
+  double seconds = 0;
+};
+
+/// All cases of a run.
+struct RunSummary {
+  std::vector<CaseResult> cases;
+  int count(CaseStatus status) const;
+  /// No failed case and no error (skips are fine).
+  bool ok() const { return count(CaseStatus::kFailed) == 0 && count(CaseStatus::kError) == 0; }
+};
+
+/// What to run.
+struct RunOptions {
+  std::string op_glob = "*";  ///< shell-style glob on the qualified name ("customop::*")
+  std::vector<c10::DeviceType> devices{c10::DeviceType::CPU, c10::DeviceType::CUDA};
+  std::vector<c10::ScalarType> dtypes{c10::ScalarType::Float, c10::ScalarType::Double};
+  std::vector<Mode> modes{Mode::kSlow};
+  /// Options of every check (mode, seed, label and raise_exception are set per case).
+  GradcheckOptions check;
+  /// Called with one progress line per op (and per skipped device); may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+/// True when `name` matches the glob `pattern` ('*' any run, '?' one character).
+bool glob_match(std::string_view pattern, std::string_view name);
+
+/// Checks every op registered through customop whose name matches `options.op_glob`, on every
+/// requested device (CUDA skipped, with the progress line "cuda: no GPU, skipped", when
+/// torch::cuda::is_available() is false), dtype, mode and sample. Before each op's samples
+/// are drawn, the global RNG is seeded with options.check.seed, so a run is repeatable.
+/// Never throws for a case: errors become kError cases.
+/// \throws c10::ValueError when no registered op matches the glob.
+RunSummary run_registered_ops(const RunOptions& options);
+
+/// One case of an input spec file (see load_spec_file).
+struct SpecCase {
+  std::string op;     ///< "aten::mul.Tensor", "myns::my_op"
+  std::string label;  ///< from the file, or "case <k>"
+  /// True when every tensor in the spec names its dtype (the case then runs once, in those
+  /// dtypes, whatever RunOptions::dtypes says).
+  bool dtype_fixed = false;
+  /// Builds the arguments (schema order, defaults filled in) for a device and a floating
+  /// dtype, drawing random values from a generator seeded with `seed`.
+  std::function<torch::jit::Stack(c10::Device, c10::ScalarType, std::uint64_t seed)> make;
+};
+
+/// Reads an input spec: a JSON object, or an array of them, or {"cases": [...]}:
+///   {"op": "aten::mul.Tensor", "label": "small",
+///    "args": [{"tensor": {"shape": [3, 4], "dtype": "float64", "requires_grad": true,
+///                         "init": "randn"}},
+///             {"tensor": {"shape": [4], "init": "uniform", "low": 0.5, "high": 2}},
+///             2.0, [0, 1], null, true, "mean"]}
+/// A tensor may also give "values" (nested list, overrides init), "noncontiguous": true (a
+/// strided view of a larger tensor), "dtype" (default: the run's dtype; integer dtypes never
+/// require grad); {"tensors": [...]} is a Tensor[] argument. Scalars and lists convert to the
+/// schema's type; missing trailing arguments take the schema's defaults. The op must already
+/// be registered (load its library first).
+/// \throws c10::ValueError "<file>: <what>" (one line) when the file cannot be read, is not
+///         JSON, or does not match the format or the op's schema.
+std::vector<SpecCase> load_spec_file(const std::string& path);
+
+/// Runs the cases of a spec over the requested devices, dtypes and modes.
+/// Never throws for a case: errors become kError cases.
+RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& options);
+
+/// dlopen()s `path` with RTLD_NOW | RTLD_GLOBAL so its static initializers register its ops.
+/// \throws c10::ValueError with dlerror()'s message when it cannot be loaded.
+void load_library(const std::string& path);
+
+/// One line per registered customop op matching `glob`: name, devices with a kernel, whether
+/// it has a backward formula and samples.
+std::string format_op_list(std::string_view glob);
+
+}  // namespace customop::gradcheck

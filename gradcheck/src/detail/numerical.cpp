@@ -1,0 +1,173 @@
+#include "detail/numerical.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace customop::gradcheck::detail {
+
+Estimate ridders_extrapolate(const std::vector<at::Tensor>& samples, double shrink) {
+  TORCH_INTERNAL_ASSERT(!samples.empty());
+  if (samples.size() == 1) return {samples[0], at::zeros_like(samples[0])};
+  constexpr double kSafe = 2.0;  // NR's SAFE: stop once the error grows by this factor
+  const double con2 = shrink * shrink;
+  std::vector<std::vector<at::Tensor>> a(samples.size());
+  at::Tensor best = samples[0];
+  at::Tensor err = at::full_like(samples[0], std::numeric_limits<double>::infinity());
+  at::Tensor active = at::ones_like(samples[0], at::kBool);
+  a[0].push_back(samples[0]);
+  for (std::size_t i = 1; i < samples.size(); ++i) {
+    a[i].push_back(samples[i]);
+    double fac = con2;
+    for (std::size_t k = 1; k <= i; ++k) {
+      // Neville step: removes the h^(2k) term, the central difference's error being even in h.
+      at::Tensor ak = (a[i][k - 1] * fac - a[i - 1][k - 1]) / (fac - 1.0);
+      fac *= con2;
+      at::Tensor errt = at::maximum((ak - a[i][k - 1]).abs(), (ak - a[i - 1][k - 1]).abs());
+      at::Tensor better = active & (errt <= err);
+      best = at::where(better, ak, best);
+      err = at::where(better, errt, err);
+      a[i].push_back(ak);
+    }
+    at::Tensor grew = (a[i][i] - a[i - 1][i - 1]).abs() >= err * kSafe;
+    active = active & grew.logical_not();
+  }
+  err = at::where(at::isfinite(err), err, at::zeros_like(err));
+  return {best, err};
+}
+
+Numerical::Numerical(const Function& f, const std::vector<at::Tensor>& point, bool reference,
+                     StepRule rule, std::vector<at::Tensor> base)
+    : f_(f), reference_(reference), rule_(rule) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : point) {
+    work_.push_back(clone_like(p, reference ? std::optional<c10::ScalarType>(at::kDouble)
+                                            : std::nullopt));
+    values_.push_back(p.detach().to(at::kCPU, at::kDouble).contiguous().reshape({-1}));
+  }
+  base_ = base.empty() ? (reference_ ? f_.eval_reference(work_) : f_.eval(work_)) : std::move(base);
+  rows_.reserve(base_.size());
+  for (const auto& o : base_) {
+    const int64_t n = o.defined() && at::isFloatingType(o.scalar_type()) ? o.numel() : 0;
+    rows_.emplace_back(total_, total_ + n);
+    total_ += n;
+  }
+  base_flat_ = concat(base_);
+}
+
+at::Tensor Numerical::concat(const std::vector<at::Tensor>& outs) const {
+  std::vector<at::Tensor> parts;
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    if (rows_[o].first == rows_[o].second) continue;
+    parts.push_back(outs[o].detach().to(at::kCPU, at::kDouble).contiguous().reshape({-1}));
+  }
+  if (parts.empty()) return at::zeros({0}, at::kDouble);
+  return at::cat(parts);
+}
+
+at::Tensor Numerical::evaluate(std::size_t j, const char* what) {
+  auto outs = reference_ ? f_.eval_reference(work_) : f_.eval(work_);
+  const std::string input = j < input_names_.size() ? input_names_[j] : std::to_string(j);
+  auto describe = [](const at::Tensor& t) {
+    if (!t.defined()) return std::string("None");
+    std::ostringstream os;
+    os << format_sizes(t.sizes()) << " " << dtype_name(t.scalar_type());
+    return os.str();
+  };
+  if (outs.size() != base_.size()) {
+    std::ostringstream os;
+    os << "the number of outputs changed from " << base_.size() << " to " << outs.size()
+       << " when input " << j << " ('" << input << "') was perturbed " << what;
+    throw UnstableOutputs(os.str());
+  }
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    const auto& a = base_[o];
+    const auto& b = outs[o];
+    const bool same = a.defined() == b.defined() &&
+                      (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()));
+    if (!same) {
+      std::ostringstream os;
+      os << "output " << o << " changed from " << describe(a) << " to " << describe(b)
+         << " when input " << j << " ('" << input << "') was perturbed " << what;
+      throw UnstableOutputs(os.str());
+    }
+  }
+  return concat(outs);
+}
+
+Sampled Numerical::sample_element(std::size_t j, int64_t k) {
+  at::NoGradGuard no_grad;
+  at::Tensor& t = work_[j];
+  const auto index = unravel(k, t.sizes());
+  int64_t offset = t.storage_offset();
+  for (std::size_t d = 0; d < index.size(); ++d) offset += index[d] * t.stride(static_cast<int64_t>(d));
+  at::Tensor elem = t.as_strided({}, {}, offset);
+  const double x = values_[j][k].item<double>();
+  Sampled s;
+  at::Tensor fp, fm;
+  double dp = 0, dm = 0;
+  for (int l = 0; l < rule_.levels; ++l) {
+    const double h = rule_.ridders
+                         ? rule_.initial * std::max(1.0, std::abs(x)) / std::pow(rule_.shrink, l)
+                         : rule_.eps;
+    std::ostringstream what;
+    what << "at element " << format_index(index) << " by " << h;
+    elem.fill_(x + h);
+    dp = elem.item<double>() - x;
+    fp = evaluate(j, what.str().c_str());
+    elem.fill_(x - h);
+    dm = x - elem.item<double>();
+    fm = evaluate(j, what.str().c_str());
+    elem.fill_(x);
+    const at::Tensor raw = fp - fm;
+    if (l == 0) s.first_raw = raw;
+    Level level;
+    level.diff = raw / (2.0 * h);
+    level.w = at::scalar_tensor((dp + dm) / (2.0 * h), at::kDouble);
+    s.levels.push_back(std::move(level));
+  }
+  s.right = dp > 0 ? (fp - base_flat_) / dp : s.levels.back().diff;
+  s.left = dm > 0 ? (base_flat_ - fm) / dm : s.levels.back().diff;
+  return s;
+}
+
+Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
+  at::NoGradGuard no_grad;
+  at::Tensor& t = work_[j];
+  const at::Tensor& x = values_[j];
+  const auto sizes = t.sizes().vec();
+  const double scale =
+      rule_.ridders ? std::max(1.0, x.numel() ? x.abs().max().item<double>() : 0.0) *
+                          std::sqrt(static_cast<double>(std::max<int64_t>(1, x.numel())))
+                    : 1.0;
+  auto read = [&] { return t.to(at::kCPU, at::kDouble).contiguous().reshape({-1}); };
+  Sampled s;
+  at::Tensor fp, fm, dp, dm;
+  double h = 0;
+  for (int l = 0; l < rule_.levels; ++l) {
+    h = rule_.ridders ? rule_.initial * scale / std::pow(rule_.shrink, l) : rule_.eps;
+    std::ostringstream what;
+    what << "along a random direction by " << h;
+    t.copy_((x + h * u).view(sizes));
+    dp = read() - x;
+    fp = evaluate(j, what.str().c_str());
+    t.copy_((x - h * u).view(sizes));
+    dm = x - read();
+    fm = evaluate(j, what.str().c_str());
+    t.copy_(x.view(sizes));
+    const at::Tensor raw = fp - fm;
+    if (l == 0) s.first_raw = raw;
+    Level level;
+    level.diff = raw / (2.0 * h);
+    level.w = (dp + dm) / (2.0 * h);
+    s.levels.push_back(std::move(level));
+  }
+  s.right = (fp - base_flat_) / h;
+  s.left = (base_flat_ - fm) / h;
+  return s;
+}
+
+}  // namespace customop::gradcheck::detail

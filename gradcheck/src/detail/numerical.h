@@ -1,0 +1,97 @@
+#pragma once
+// Finite differences of a Function at a point: per input element (slow mode) or along a
+// direction (fast mode), with one step (central difference) or a geometric sequence of steps
+// for Ridders' extrapolation. Internal to customop_gradcheck.
+
+#include "detail/function.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace customop::gradcheck::detail {
+
+/// Thrown when a perturbed evaluation returns outputs of another count, shape or dtype.
+struct UnstableOutputs : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// The steps: one absolute step (central difference, torch's eps), or `levels` steps starting
+/// at `initial` (relative to max(1, |x|)) and divided by `shrink` each level (Ridders).
+struct StepRule {
+  bool ridders = false;
+  double eps = 1e-6;
+  double initial = 1e-2;
+  double shrink = 2.0;
+  int levels = 1;
+};
+
+/// One step size's central difference.
+struct Level {
+  at::Tensor diff;  // (f(x + d+) - f(x - d-)) / (2h): float64 CPU [M] (M = all floating outputs)
+  at::Tensor w;     // the perturbation applied, (d+ + d-) / (2h): float64 CPU, [] (element) or [n]
+};
+
+/// All step sizes of one perturbation, plus one-sided differences at the smallest step.
+struct Sampled {
+  std::vector<Level> levels;
+  at::Tensor left;       // (f(x) - f(x - d-)) / |d-|, [M]
+  at::Tensor right;      // (f(x + d+) - f(x)) / |d+|, [M]
+  at::Tensor first_raw;  // f(x + d+) - f(x - d-) at the first (largest) step, [M]
+};
+
+/// Extrapolated estimate and its error estimate (0 for a single level), elementwise.
+struct Estimate {
+  at::Tensor value;
+  at::Tensor error;
+};
+
+/// Ridders' polynomial extrapolation of `samples` (one tensor per step, step shrinking by
+/// `shrink`) to step 0: the Neville tableau of Numerical Recipes' dfridr, run elementwise;
+/// each element keeps the entry with the smallest error estimate and stops when the error
+/// grows by more than a factor of 2 (NR's SAFE).
+Estimate ridders_extrapolate(const std::vector<at::Tensor>& samples, double shrink);
+
+/// The numerical side of a check: holds working copies of the point and f's outputs there.
+class Numerical {
+ public:
+  /// `point`: the differentiable inputs (values only). `reference`: evaluate f.eval_reference
+  /// on float64 copies. `base`: f's outputs at the point from the same evaluator, when the
+  /// caller already has them (else one forward call here).
+  Numerical(const Function& f, const std::vector<at::Tensor>& point, bool reference,
+            StepRule rule, std::vector<at::Tensor> base = {});
+
+  /// Perturbs element `k` (row-major) of input `j`.
+  Sampled sample_element(std::size_t j, int64_t k);
+  /// Perturbs input `j` along `u` (float64 CPU [n_j]).
+  Sampled sample_direction(std::size_t j, const at::Tensor& u);
+
+  /// Total number of floating output elements M, and where output o's block starts.
+  int64_t total() const { return total_; }
+  /// Row range [begin, end) of flat output `o` within [M]; begin == end for a non-floating one.
+  std::pair<int64_t, int64_t> rows(std::size_t o) const { return rows_[o]; }
+  const std::vector<at::Tensor>& base() const { return base_; }
+  int64_t numel(std::size_t j) const { return work_[j].numel(); }
+  c10::IntArrayRef sizes(std::size_t j) const { return work_[j].sizes(); }
+  /// The perturbed input names, for stability messages.
+  void set_input_names(std::vector<std::string> names) { input_names_ = std::move(names); }
+
+ private:
+  at::Tensor evaluate(std::size_t j, const char* what);
+  at::Tensor concat(const std::vector<at::Tensor>& outs) const;
+
+  const Function& f_;
+  bool reference_;
+  StepRule rule_;
+  std::vector<at::Tensor> work_;
+  std::vector<at::Tensor> values_;  // float64 CPU [n_j] copies of the point, row-major
+  std::vector<at::Tensor> base_;
+  at::Tensor base_flat_;
+  std::vector<std::pair<int64_t, int64_t>> rows_;
+  int64_t total_ = 0;
+  std::vector<std::string> input_names_;
+};
+
+}  // namespace customop::gradcheck::detail

@@ -1,0 +1,236 @@
+// Text and JSON reports.
+
+#include <customop/gradcheck/report.h>
+
+#include "detail/checker.h"
+#include "detail/function.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace customop::gradcheck {
+
+namespace {
+
+std::string g3(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
+}
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+nlohmann::json number(double v) {
+  // JSON has no inf/nan: write them as strings.
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+nlohmann::json element_json(const ElementReport& e) {
+  return {{"output_index", e.output_index}, {"input_index", e.input_index},
+          {"numerical", number(e.numerical)}, {"analytical", number(e.analytical)},
+          {"abs_error", number(e.abs_error)}, {"rel_error", number(e.rel_error)},
+          {"tolerance", number(e.tolerance)}};
+}
+
+nlohmann::json pair_json(const PairReport& p) {
+  return {{"output", p.output},
+          {"input", p.input},
+          {"output_name", p.output_name},
+          {"input_name", p.input_name},
+          {"passed", p.passed},
+          {"projected", p.projected},
+          {"entries", p.entries},
+          {"bad_entries", p.bad_entries},
+          {"nondifferentiable_entries", p.nondifferentiable_entries},
+          {"worst_abs_error", number(p.worst_abs_error)},
+          {"worst_rel_error", number(p.worst_rel_error)},
+          {"worst", element_json(p.worst)}};
+}
+
+nlohmann::json result_json(const GradcheckResult& r) {
+  nlohmann::json failures = nlohmann::json::array();
+  for (const auto& f : r.failures) {
+    failures.push_back({{"check", std::string(check_name(f.check))},
+                        {"second_order", f.second_order},
+                        {"output", f.output},
+                        {"input", f.input},
+                        {"headline", f.headline},
+                        {"detail", f.detail}});
+  }
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const auto& p : r.pairs) pairs.push_back(pair_json(p));
+  nlohmann::json pairs2 = nlohmann::json::array();
+  for (const auto& p : r.second_order_pairs) pairs2.push_back(pair_json(p));
+  nlohmann::json args = nlohmann::json::array();
+  for (const auto& a : r.arguments) {
+    args.push_back({{"input", a.input},
+                    {"name", a.name},
+                    {"entries", a.entries},
+                    {"bad_entries", a.bad_entries},
+                    {"worst_abs_error", number(a.worst_abs_error)},
+                    {"worst_rel_error", number(a.worst_rel_error)}});
+  }
+  return {{"passed", r.passed},
+          {"op", r.op},
+          {"label", r.label},
+          {"device", r.device},
+          {"dtype", r.dtype},
+          {"mode", std::string(mode_name(r.mode))},
+          {"seed", r.seed},
+          {"method", r.method},
+          {"eps", r.tolerances.eps},
+          {"atol", r.tolerances.atol},
+          {"rtol", r.tolerances.rtol},
+          {"nondet_tol", r.nondet_tol},
+          {"inputs", r.inputs},
+          {"outputs", r.outputs},
+          {"forward_calls", r.counts.forward_calls},
+          {"vjp_calls", r.counts.vjp_calls},
+          {"failures", failures},
+          {"pairs", pairs},
+          {"second_order_pairs", pairs2},
+          {"arguments", args},
+          {"notes", r.notes}};
+}
+
+}  // namespace
+
+std::string format_report(const GradcheckResult& r) {
+  std::ostringstream os;
+  if (r.failures.empty()) {
+    os << "gradcheck passed\n";
+  } else {
+    const auto& first = r.failures.front();
+    os << first.headline << "\n";
+    if (!first.detail.empty()) os << first.detail << "\n";
+  }
+  os << "  op " << r.op;
+  if (!r.label.empty()) os << ", sample \"" << r.label << "\"";
+  os << ", " << r.device << " " << r.dtype << ", " << mode_name(r.mode) << " mode, numerical: "
+     << r.method << ", op evaluations: " << r.counts.forward_calls << " forward + "
+     << r.counts.vjp_calls << " backward\n";
+  if (r.failures.size() > 1) {
+    os << "  also failed:\n";
+    for (std::size_t k = 1; k < r.failures.size(); ++k) {
+      os << "  - " << r.failures[k].headline << "\n";
+      if (!r.failures[k].detail.empty()) {
+        std::istringstream lines(r.failures[k].detail);
+        std::string line;
+        while (std::getline(lines, line)) os << "    " << line << "\n";
+      }
+    }
+  }
+  if (!r.arguments.empty() && !r.pairs.empty()) {
+    os << "  per argument (" << (r.mode == Mode::kFast ? "fast mode: projected entries, slow "
+                                                          "mode where they failed"
+                                                        : "over every output")
+       << "):\n";
+    os << "    " << pad("argument", 24) << pad("bad/entries", 14) << pad("worst abs err", 15)
+       << "worst rel err\n";
+    for (const auto& a : r.arguments) {
+      os << "    " << pad(a.name, 24)
+         << pad(std::to_string(a.bad_entries) + "/" + std::to_string(a.entries), 14)
+         << pad(g3(a.worst_abs_error), 15) << g3(a.worst_rel_error) << "\n";
+    }
+  }
+  for (const auto& n : r.notes) os << "  note: " << n << "\n";
+  return os.str();
+}
+
+std::string format_summary(const RunSummary& summary) {
+  struct Row {
+    int passed = 0, failed = 0, skipped = 0, errors = 0;
+    int64_t forward = 0, vjp = 0;
+    std::string reason;
+  };
+  std::vector<std::tuple<std::string, std::string, std::string, std::string>> order;
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, Row> rows;
+  for (const auto& c : summary.cases) {
+    // A device skipped as a whole (no GPU, no kernel) has no mode.
+    const bool whole = c.status == CaseStatus::kSkipped && c.dtype == "all";
+    auto key = std::make_tuple(c.op, c.device, c.dtype,
+                               whole ? std::string("all") : std::string(mode_name(c.mode)));
+    if (!rows.count(key)) order.push_back(key);
+    Row& row = rows[key];
+    switch (c.status) {
+      case CaseStatus::kPassed: ++row.passed; break;
+      case CaseStatus::kFailed: ++row.failed; break;
+      case CaseStatus::kSkipped:
+        ++row.skipped;
+        row.reason = c.reason;
+        break;
+      case CaseStatus::kError: ++row.errors; break;
+    }
+    row.forward += c.result.counts.forward_calls;
+    row.vjp += c.result.counts.vjp_calls;
+  }
+  std::size_t w = 10;
+  for (const auto& k : order) w = std::max(w, std::get<0>(k).size() + 2);
+  std::ostringstream os;
+  os << pad("op", w) << pad("device", 8) << pad("dtype", 9) << pad("mode", 6) << pad("pass", 6)
+     << pad("fail", 6) << pad("skip", 6) << pad("error", 7) << pad("forward", 9) << "vjp\n";
+  for (const auto& k : order) {
+    const Row& r = rows[k];
+    os << pad(std::get<0>(k), w) << pad(std::get<1>(k), 8) << pad(std::get<2>(k), 9)
+       << pad(std::get<3>(k), 6) << pad(std::to_string(r.passed), 6)
+       << pad(std::to_string(r.failed), 6) << pad(std::to_string(r.skipped), 6)
+       << pad(std::to_string(r.errors), 7) << pad(std::to_string(r.forward), 9) << r.vjp;
+    if (r.skipped && !r.reason.empty() && r.passed + r.failed + r.errors == 0) {
+      os << "  (" << r.reason << ")";
+    }
+    os << "\n";
+  }
+  os << summary.count(CaseStatus::kPassed) << " passed, " << summary.count(CaseStatus::kFailed)
+     << " failed, " << summary.count(CaseStatus::kSkipped) << " skipped, "
+     << summary.count(CaseStatus::kError) << " errors\n";
+  for (const auto& c : summary.cases) {
+    if (c.status == CaseStatus::kFailed) {
+      os << "FAILED " << c.op << " [" << c.device << " " << c.dtype << " " << mode_name(c.mode)
+         << " \"" << c.label << "\"]: "
+         << (c.result.failures.empty() ? "" : c.result.failures.front().headline) << "\n";
+    } else if (c.status == CaseStatus::kError) {
+      os << "ERROR  " << c.op << " [" << c.device << " " << c.dtype << " " << mode_name(c.mode)
+         << " \"" << c.label << "\"]: " << c.reason << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::string to_json(const GradcheckResult& result) { return result_json(result).dump(2); }
+
+std::string to_json(const RunSummary& summary) {
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& c : summary.cases) {
+    nlohmann::json j = {{"op", c.op},
+                        {"device", c.device},
+                        {"dtype", c.dtype},
+                        {"mode", std::string(mode_name(c.mode))},
+                        {"label", c.label},
+                        {"status", std::string(status_name(c.status))},
+                        {"reason", c.reason},
+                        {"seconds", c.seconds}};
+    if (c.status == CaseStatus::kPassed || c.status == CaseStatus::kFailed) {
+      j["result"] = result_json(c.result);
+    }
+    cases.push_back(std::move(j));
+  }
+  nlohmann::json out = {{"summary",
+                         {{"passed", summary.count(CaseStatus::kPassed)},
+                          {"failed", summary.count(CaseStatus::kFailed)},
+                          {"skipped", summary.count(CaseStatus::kSkipped)},
+                          {"errors", summary.count(CaseStatus::kError)},
+                          {"ok", summary.ok()}}},
+                        {"cases", cases}};
+  return out.dump(2);
+}
+
+}  // namespace customop::gradcheck

@@ -1,0 +1,381 @@
+// Input spec files: JSON descriptions of arguments for any dispatcher op.
+
+#include <customop/gradcheck/runner.h>
+
+#include "detail/function.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+namespace customop::gradcheck {
+
+namespace {
+
+using nlohmann::json;
+
+/// A tensor argument as the spec describes it.
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  std::optional<c10::ScalarType> dtype;
+  std::optional<bool> requires_grad;
+  std::string init = "randn";
+  double low = -1.0, high = 1.0;
+  std::optional<std::vector<double>> values;
+  bool noncontiguous = false;
+};
+
+/// One argument: a tensor, a tensor list, or a fixed IValue.
+struct ArgRecipe {
+  enum Kind { kTensor, kTensorList, kValue } kind = kValue;
+  TensorSpec tensor;
+  std::vector<TensorSpec> tensors;
+  c10::IValue value;
+};
+
+struct SpecError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void bad(const std::string& what) { throw SpecError(what); }
+
+std::optional<c10::ScalarType> parse_dtype(const std::string& s) {
+  static const std::pair<const char*, c10::ScalarType> kNames[] = {
+      {"float64", at::kDouble}, {"double", at::kDouble},  {"float32", at::kFloat},
+      {"float", at::kFloat},    {"float16", at::kHalf},   {"half", at::kHalf},
+      {"bfloat16", at::kBFloat16}, {"int64", at::kLong}, {"long", at::kLong},
+      {"int32", at::kInt},      {"int", at::kInt},        {"bool", at::kBool},
+      {"uint8", at::kByte},     {"int8", at::kChar},      {"int16", at::kShort}};
+  for (const auto& [n, t] : kNames) {
+    if (s == n) return t;
+  }
+  return std::nullopt;
+}
+
+void flatten_values(const json& v, std::vector<double>& out) {
+  if (v.is_array()) {
+    for (const auto& e : v) flatten_values(e, out);
+  } else if (v.is_number() || v.is_boolean()) {
+    out.push_back(v.get<double>());
+  } else {
+    bad("\"values\" must hold numbers (nested lists of numbers)");
+  }
+}
+
+TensorSpec parse_tensor(const json& j) {
+  if (!j.is_object()) bad("a \"tensor\" must be an object with a \"shape\"");
+  TensorSpec t;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "shape") {
+      if (!v.is_array()) bad("\"shape\" must be a list of sizes, e.g. [3, 4]");
+      for (const auto& d : v) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) bad("\"shape\" must hold sizes >= 0");
+        t.shape.push_back(d.get<int64_t>());
+      }
+    } else if (key == "dtype") {
+      if (!v.is_string() || !parse_dtype(v.get<std::string>())) {
+        bad("unknown dtype " + v.dump() + " (float64, float32, float16, bfloat16, int64, int32, bool)");
+      }
+      t.dtype = parse_dtype(v.get<std::string>());
+    } else if (key == "requires_grad") {
+      if (!v.is_boolean()) bad("\"requires_grad\" must be true or false");
+      t.requires_grad = v.get<bool>();
+    } else if (key == "init") {
+      if (!v.is_string()) bad("\"init\" must be \"randn\", \"uniform\", \"zeros\" or \"ones\"");
+      t.init = v.get<std::string>();
+      if (t.init != "randn" && t.init != "uniform" && t.init != "zeros" && t.init != "ones") {
+        bad("unknown init \"" + t.init + "\" (randn, uniform, zeros, ones)");
+      }
+    } else if (key == "low" || key == "high") {
+      if (!v.is_number()) bad("\"" + key + "\" must be a number");
+      (key == "low" ? t.low : t.high) = v.get<double>();
+    } else if (key == "values") {
+      std::vector<double> vals;
+      flatten_values(v, vals);
+      t.values = std::move(vals);
+    } else if (key == "noncontiguous") {
+      if (!v.is_boolean()) bad("\"noncontiguous\" must be true or false");
+      t.noncontiguous = v.get<bool>();
+    } else {
+      bad("unknown tensor key \"" + key + "\" (shape, dtype, requires_grad, init, low, high, values, noncontiguous)");
+    }
+  }
+  if (!j.contains("shape")) bad("a \"tensor\" needs a \"shape\"");
+  if (t.values) {
+    int64_t n = 1;
+    for (auto d : t.shape) n *= d;
+    if (static_cast<int64_t>(t.values->size()) != n) {
+      bad("\"values\" holds " + std::to_string(t.values->size()) + " numbers but the shape " +
+          detail::format_sizes(t.shape) + " needs " + std::to_string(n));
+    }
+  }
+  return t;
+}
+
+at::Tensor make_tensor(const TensorSpec& t, c10::Device device, c10::ScalarType run_dtype,
+                       at::Generator& gen) {
+  const c10::ScalarType dtype = t.dtype.value_or(run_dtype);
+  std::vector<int64_t> shape = t.shape;
+  const bool strided = t.noncontiguous && !shape.empty();
+  if (strided) shape.back() *= 2;
+  const auto cpu64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor base;
+  if (t.init == "zeros") {
+    base = at::zeros(shape, cpu64);
+  } else if (t.init == "ones") {
+    base = at::ones(shape, cpu64);
+  } else if (t.init == "uniform") {
+    base = at::rand(shape, gen, cpu64) * (t.high - t.low) + t.low;
+  } else {
+    base = at::randn(shape, gen, cpu64);
+  }
+  if (t.values) {
+    at::Tensor vals = at::tensor(*t.values, cpu64).reshape(t.shape);
+    if (strided) {
+      base.slice(-1, 0, shape.back(), 2).copy_(vals);
+    } else {
+      base = vals;
+    }
+  }
+  at::Tensor out = base.to(at::TensorOptions().dtype(dtype).device(device));
+  if (strided) out = out.slice(-1, 0, shape.back(), 2);
+  const bool floating = at::isFloatingType(dtype);
+  if (t.requires_grad.value_or(floating)) {
+    if (!floating) bad("a " + std::string(c10::toString(dtype)) + " tensor cannot require grad");
+    out = out.detach().requires_grad_(true);
+  }
+  return out;
+}
+
+c10::IValue convert_literal(const json& v, const c10::TypePtr& type, const std::string& arg) {
+  using K = c10::TypeKind;
+  const auto expect = [&](const char* what) -> c10::IValue {
+    bad("argument '" + arg + "' of type " + type->str() + ": expected " + what + ", got " + v.dump());
+  };
+  switch (type->kind()) {
+    case K::OptionalType:
+      if (v.is_null()) return c10::IValue();
+      return convert_literal(v, type->castRaw<c10::OptionalType>()->getElementType(), arg);
+    case K::IntType:
+      if (v.is_number_integer()) return v.get<int64_t>();
+      return expect("an integer");
+    case K::SymIntType:
+      if (v.is_number_integer()) return v.get<int64_t>();
+      return expect("an integer");
+    case K::FloatType:
+      if (v.is_number()) return v.get<double>();
+      return expect("a number");
+    case K::BoolType:
+      if (v.is_boolean()) return v.get<bool>();
+      return expect("true or false");
+    case K::StringType:
+      if (v.is_string()) return v.get<std::string>();
+      return expect("a string");
+    case K::NumberType:
+      if (v.is_number_integer()) return c10::Scalar(v.get<int64_t>());
+      if (v.is_number()) return c10::Scalar(v.get<double>());
+      if (v.is_boolean()) return c10::Scalar(v.get<bool>());
+      return expect("a number");
+    case K::ScalarTypeType:
+      if (v.is_string() && parse_dtype(v.get<std::string>())) {
+        return static_cast<int64_t>(*parse_dtype(v.get<std::string>()));
+      }
+      return expect("a dtype name such as \"float32\"");
+    case K::ListType: {
+      if (!v.is_array()) return expect("a list");
+      const auto elem = type->castRaw<c10::ListType>()->getElementType();
+      switch (elem->kind()) {
+        case K::IntType:
+        case K::SymIntType: {
+          std::vector<int64_t> xs;
+          for (const auto& e : v) {
+            if (!e.is_number_integer()) return expect("a list of integers");
+            xs.push_back(e.get<int64_t>());
+          }
+          return xs;
+        }
+        case K::FloatType: {
+          std::vector<double> xs;
+          for (const auto& e : v) {
+            if (!e.is_number()) return expect("a list of numbers");
+            xs.push_back(e.get<double>());
+          }
+          return xs;
+        }
+        case K::BoolType: {
+          c10::List<bool> xs;
+          for (const auto& e : v) {
+            if (!e.is_boolean()) return expect("a list of booleans");
+            xs.push_back(e.get<bool>());
+          }
+          return xs;
+        }
+        default: return expect("a tensor list ({\"tensors\": [...]}) or a supported list");
+      }
+    }
+    default:
+      if (v.is_null()) return c10::IValue();
+      return expect("a value of a supported type (tensor, int, float, bool, str, Scalar, lists)");
+  }
+}
+
+ArgRecipe parse_arg(const json& v, const c10::Argument& a) {
+  ArgRecipe r;
+  if (v.is_object() && v.contains("tensor")) {
+    if (v.size() != 1) bad("argument '" + a.name() + "': {\"tensor\": {...}} takes no other keys");
+    r.kind = ArgRecipe::kTensor;
+    r.tensor = parse_tensor(v["tensor"]);
+    return r;
+  }
+  if (v.is_object() && v.contains("tensors")) {
+    if (!v["tensors"].is_array()) bad("argument '" + a.name() + "': \"tensors\" must be a list");
+    r.kind = ArgRecipe::kTensorList;
+    for (const auto& t : v["tensors"]) {
+      if (!t.is_object() || !t.contains("tensor")) {
+        bad("argument '" + a.name() + "': each element of \"tensors\" is {\"tensor\": {...}}");
+      }
+      r.tensors.push_back(parse_tensor(t["tensor"]));
+    }
+    return r;
+  }
+  if (v.is_object()) {
+    bad("argument '" + a.name() + "': an object must be {\"tensor\": {...}} or {\"tensors\": [...]}");
+  }
+  r.value = convert_literal(v, a.real_type(), a.name());
+  return r;
+}
+
+SpecCase parse_case(const json& j, std::size_t index) {
+  if (!j.is_object()) bad("case " + std::to_string(index) + " must be an object with \"op\" and \"args\"");
+  for (const auto& [key, v] : j.items()) {
+    if (key != "op" && key != "args" && key != "label") {
+      bad("case " + std::to_string(index) + ": unknown key \"" + key + "\" (op, label, args)");
+    }
+  }
+  if (!j.contains("op") || !j["op"].is_string()) {
+    bad("case " + std::to_string(index) + ": \"op\" must name the operator, e.g. \"aten::mul.Tensor\"");
+  }
+  SpecCase sc;
+  sc.op = j["op"].get<std::string>();
+  sc.label = j.contains("label") && j["label"].is_string() ? j["label"].get<std::string>()
+                                                           : "case " + std::to_string(index);
+  const std::string where = "case " + std::to_string(index) + " (" + sc.op + ")";
+  const auto sep = sc.op.find("::");
+  if (sep == std::string::npos) bad(where + ": the op name must be qualified, \"namespace::name[.overload]\"");
+  const auto dot = sc.op.find('.', sep);
+  const std::string name = sc.op.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : sc.op.substr(dot + 1);
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle) bad(where + ": no such operator is registered (load its library with --load first)");
+  const auto& schema = handle->schema();
+  const auto& sargs = schema.arguments();
+
+  std::vector<std::optional<ArgRecipe>> recipes(sargs.size());
+  try {
+    if (j.contains("args")) {
+      const auto& args = j["args"];
+      if (args.is_array()) {
+        if (args.size() > sargs.size()) {
+          bad(std::to_string(args.size()) + " arguments given, but the schema takes " +
+              std::to_string(sargs.size()));
+        }
+        for (std::size_t i = 0; i < args.size(); ++i) recipes[i] = parse_arg(args[i], sargs[i]);
+      } else if (args.is_object()) {
+        for (const auto& [key, v] : args.items()) {
+          std::size_t i = 0;
+          while (i < sargs.size() && sargs[i].name() != key) ++i;
+          if (i == sargs.size()) bad("no argument named '" + key + "' in the schema");
+          recipes[i] = parse_arg(v, sargs[i]);
+        }
+      } else {
+        bad("\"args\" must be a list (schema order) or an object (by name)");
+      }
+    }
+    for (std::size_t i = 0; i < sargs.size(); ++i) {
+      if (recipes[i]) continue;
+      if (!sargs[i].default_value()) bad("argument '" + sargs[i].name() + "' is missing and has no default");
+      ArgRecipe r;
+      r.value = *sargs[i].default_value();
+      recipes[i] = std::move(r);
+    }
+  } catch (const SpecError& e) {
+    bad(where + ": " + e.what());
+  }
+  bool fixed = true, any_tensor = false;
+  for (const auto& r : recipes) {
+    if (r->kind == ArgRecipe::kTensor) {
+      any_tensor = true;
+      fixed = fixed && r->tensor.dtype.has_value();
+    } else if (r->kind == ArgRecipe::kTensorList) {
+      for (const auto& t : r->tensors) {
+        any_tensor = true;
+        fixed = fixed && t.dtype.has_value();
+      }
+    }
+  }
+  sc.dtype_fixed = any_tensor && fixed;
+  auto shared = std::make_shared<std::vector<std::optional<ArgRecipe>>>(std::move(recipes));
+  sc.make = [shared](c10::Device device, c10::ScalarType dtype, std::uint64_t seed) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    torch::jit::Stack stack;
+    for (const auto& r : *shared) {
+      switch (r->kind) {
+        case ArgRecipe::kTensor: stack.emplace_back(make_tensor(r->tensor, device, dtype, gen)); break;
+        case ArgRecipe::kTensorList: {
+          c10::List<at::Tensor> list;
+          for (const auto& t : r->tensors) list.push_back(make_tensor(t, device, dtype, gen));
+          stack.emplace_back(std::move(list));
+          break;
+        }
+        case ArgRecipe::kValue: stack.push_back(r->value); break;
+      }
+    }
+    return stack;
+  };
+  try {
+    (void)sc.make(c10::Device(at::kCPU), at::kDouble, 0);  // fail at load time, not mid-run
+  } catch (const SpecError& e) {
+    bad(where + ": " + e.what());
+  }
+  return sc;
+}
+
+}  // namespace
+
+std::vector<SpecCase> load_spec_file(const std::string& path) {
+  std::ifstream in(path);
+  TORCH_CHECK_VALUE(in.good(), path, ": cannot open the spec file");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    TORCH_CHECK_VALUE(false, path, ": not valid JSON: ", what);
+  }
+  std::vector<SpecCase> cases;
+  try {
+    const json* list = &doc;
+    if (doc.is_object() && doc.contains("cases")) list = &doc["cases"];
+    if (list->is_array()) {
+      if (list->empty()) bad("the spec holds no cases");
+      for (std::size_t k = 0; k < list->size(); ++k) cases.push_back(parse_case((*list)[k], k));
+    } else {
+      cases.push_back(parse_case(*list, 0));
+    }
+  } catch (const SpecError& e) {
+    TORCH_CHECK_VALUE(false, path, ": ", e.what());
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    TORCH_CHECK_VALUE(false, path, ": ", what);
+  }
+  return cases;
+}
+
+}  // namespace customop::gradcheck

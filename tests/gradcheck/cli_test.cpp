@@ -1,0 +1,143 @@
+// customop-gradcheck: exit codes (0 passed, 1 failed, 2 usage or bad input), one-line errors,
+// progress, --list, --json, --heatmap, --samples, --load.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun cli(const std::string& args) {
+  const std::string cmd = std::string("'") + CUSTOMOP_GRADCHECK_CLI + "' " + args + " 2>&1";
+  CliRun r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kLoad = std::string("--load '") + CUSTOMOP_MUTANTS_LIB + "' ";
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / name).string();
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(Cli, HelpExitsZero) {
+  const CliRun r = cli("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--list", "--op", "--device", "--dtype", "--mode", "--seed", "--eps",
+                           "--atol", "--rtol", "--nondet-tol", "--json", "--heatmap", "--load",
+                           "--samples"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+}
+
+TEST(Cli, BadFlagsAreOneLineUsageErrors) {
+  for (const char* args : {"--bogus", "--device gpu", "--dtype float16", "--mode medium",
+                           "--seed minus-one", "--load /nonexistent/lib.so",
+                           "--samples /nonexistent/spec.json", "--atol -1"}) {
+    const CliRun r = cli(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("Exception raised from"))) << args;
+  }
+}
+
+TEST(Cli, UnloadableLibraryAndNoMatchingOpAreUsageErrors) {
+  const std::string not_a_lib = temp_path("customop_gradcheck_not_a_lib.so");
+  std::ofstream(not_a_lib) << "not an ELF file";
+  CliRun r = cli("--load '" + not_a_lib + "'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("cannot load"));
+  r = cli(kLoad + "--op 'nothing::*'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no op registered through customop matches 'nothing::*'"));
+}
+
+TEST(Cli, ListShowsLoadedOps) {
+  const CliRun r = cli(kLoad + "--list --op 'customop_mutants::*'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("customop_mutants::cube  [cpu, cuda] backward samples"));
+  EXPECT_THAT(r.out, HasSubstr("customop_mutants::f32_softplus_scale_1pct"));
+}
+
+TEST(Cli, CorrectOpsExitZeroWithProgressAndSummary) {
+  const CliRun r = cli(kLoad + "--op customop_mutants::cube --mode both");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[1/1] customop_mutants::cube: 8 passed, 0 failed"));
+  if (!torch::cuda::is_available()) {
+    EXPECT_THAT(r.out, HasSubstr("cuda: no GPU, skipped"));
+  }
+  EXPECT_THAT(r.out, HasSubstr("op"));
+  EXPECT_THAT(r.out, HasSubstr("8 passed, 0 failed"));
+}
+
+TEST(Cli, MutantExitsOneWithReportJsonAndHeatmap) {
+  const std::string json_path = temp_path("customop_gradcheck_cli.json");
+  const std::string dir = temp_path("customop_gradcheck_cli_heatmaps");
+  std::filesystem::remove_all(dir);
+  const CliRun r = cli(kLoad + "--op customop_mutants::cube_sign_flip --device cpu --dtype float64 "
+                    "--seed 5 --json '" + json_path + "' --heatmap '" + dir + "'");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));
+  EXPECT_THAT(r.out, HasSubstr("seed 5"));
+  std::ifstream in(json_path);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["summary"]["failed"], 2);
+  EXPECT_EQ(j["summary"]["ok"], false);
+  EXPECT_EQ(j["cases"][0]["status"], "failed");
+  EXPECT_EQ(j["cases"][0]["result"]["failures"][0]["check"], "jacobian");
+  int pngs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) pngs += e.path().extension() == ".png";
+  EXPECT_EQ(pngs, 2);
+}
+
+TEST(Cli, SamplesSpecChecksAnAtenOp) {
+  const std::string spec = temp_path("customop_gradcheck_cli_spec.json");
+  std::ofstream(spec) << R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2, 3]}}, {"tensor": {"shape": [3]}}]})";
+  CliRun r = cli("--samples '" + spec + "' --device cpu --mode both");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("aten::mul.Tensor"));
+  EXPECT_THAT(r.out, HasSubstr("4 passed, 0 failed"));
+  std::ofstream(spec) << R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": "big"}}]})";
+  r = cli("--samples '" + spec + "'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\"shape\" must be a list"));
+}
+
+TEST(Cli, SamplesSpecChecksAnotherLibrarysOp) {
+  const std::string spec = temp_path("customop_gradcheck_cli_spec2.json");
+  std::ofstream(spec) << R"([{"op": "customop_mutants::weighted_square_swapped", "args": [{"tensor": {"shape": [3]}}, {"tensor": {"shape": [3]}}]}])";
+  const CliRun r = cli(kLoad + "--samples '" + spec + "' --device cpu --dtype float64");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));
+}
+
+}  // namespace
