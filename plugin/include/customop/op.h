@@ -183,6 +183,7 @@ class Op final : public OpCore {
  public:
   using ArgsType = Args;
   using ReturnType = Ret;
+  using OpCore::samples;  // samples(device, dtype), next to the registering samples(fn)
 
   /// Registers `kernel` for `device` (c10::DeviceType::CPU or CUDA). `kernel` is callable as
   /// `Ret(const Args&)`; it sees tensors of that device only.

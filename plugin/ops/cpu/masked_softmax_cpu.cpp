@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace customop::ops::cpu {
@@ -42,15 +44,41 @@ inline T nan_max(T a, T b) {
 }
 
 // All-ones lanes for the first `n` lanes whose mask byte is set (every one of the first n
-// when m is nullptr); zero lanes after n. `any` is or-ed with the kept flags.
+// when m is nullptr); zero lanes after n. A full vector of mask bytes is widened with
+// AVX2/AVX-512 instructions (the bytes -> lanes step is most of the masked path's cost).
 template <class T>
-inline at::vec::Vectorized<T> keep_lanes(const uint8_t* m, int64_t n, bool& any) {
+inline at::vec::Vectorized<T> keep_lanes(const uint8_t* m, int64_t n) {
   using Vec = at::vec::Vectorized<T>;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+#if defined(CPU_CAPABILITY_AVX512)
+  if (m != nullptr && n == Vec::size()) {
+    if constexpr (std::is_same_v<T, float>) {  // 16 bytes -> 16 x int32 -> lane mask
+      const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m)));
+      return Vec(_mm512_castsi512_ps(_mm512_movm_epi32(_mm512_test_epi32_mask(w, w))));
+    } else {  // 8 bytes -> 8 x int64
+      const __m512i w = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+      return Vec(_mm512_castsi512_pd(_mm512_movm_epi64(_mm512_test_epi64_mask(w, w))));
+    }
+  }
+#elif defined(CPU_CAPABILITY_AVX2)
+  if (m != nullptr && n == Vec::size()) {
+    const __m256i ones = _mm256_set1_epi32(-1);
+    if constexpr (std::is_same_v<T, float>) {  // 8 bytes -> 8 x int32 -> lane mask
+      const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+      const __m256i masked = _mm256_cmpeq_epi32(w, _mm256_setzero_si256());
+      return Vec(_mm256_castsi256_ps(_mm256_xor_si256(masked, ones)));
+    } else {  // 4 bytes -> 4 x int64
+      int32_t bytes;
+      std::memcpy(&bytes, m, sizeof(bytes));
+      const __m256i w = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(bytes));
+      const __m256i masked = _mm256_cmpeq_epi64(w, _mm256_setzero_si256());
+      return Vec(_mm256_castsi256_pd(_mm256_xor_si256(masked, ones)));
+    }
+  }
+#endif
   alignas(64) T flags[Vec::size()];
   for (int64_t l = 0; l < Vec::size(); ++l) {
-    const bool keep = l < n && (m == nullptr || m[l] != 0);
-    flags[l] = keep ? T(1) : T(0);
-    any = any || keep;
+    flags[l] = (l < n && (m == nullptr || m[l] != 0)) ? T(1) : T(0);
   }
   return Vec::loadu(flags) != Vec(T(0));
 }
@@ -61,23 +89,24 @@ void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
   constexpr int64_t kV = Vec::size();
   const T ninf = -std::numeric_limits<T>::infinity();
 
+  // NB: a fully masked row gives zeros, not the NaN of exp(-inf - -inf).
+  const bool any = m == nullptr ? n > 0 : std::any_of(m, m + n, [](uint8_t b) { return b != 0; });
+  if (!any) {
+    std::fill(y, y + n, T(0));
+    return;
+  }
+
   // Pass 1: max of the kept elements.
-  bool any = false;
   Vec vmax(ninf);
   for (int64_t j = 0; j < n; j += kV) {
     const int64_t r = std::min(kV, n - j);
     if (m == nullptr && r == kV) {
       vmax = at::vec::maximum(vmax, Vec::loadu(x + j));
-      any = true;
     } else {
-      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r, any);
+      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r);
       const Vec xv = Vec::loadu(x + j, static_cast<int>(r));
       vmax = at::vec::maximum(vmax, Vec::blendv(Vec(ninf), xv, keep));
     }
-  }
-  if (!any) {  // fully masked: zeros, not the NaN of exp(-inf - -inf)
-    std::fill(y, y + n, T(0));
-    return;
   }
   alignas(64) T lanes[kV];
   vmax.store(lanes);
@@ -94,8 +123,7 @@ void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
       vsum = vsum + e;
       e.store(y + j);
     } else {
-      bool unused = false;
-      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r, unused);
+      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r);
       const Vec e = Vec::blendv(Vec(T(0)), (Vec::loadu(x + j, static_cast<int>(r)) - vm).exp(), keep);
       vsum = vsum + e;
       e.store(y + j, static_cast<int>(r));
