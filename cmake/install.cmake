@@ -37,15 +37,16 @@ function(_customop_prepare_export target)
   set_property(TARGET ${target} PROPERTY INTERFACE_LINK_LIBRARIES "${_out}")
 endfunction()
 
-# Installed libraries and programs find each other through $ORIGIN and libtorch through the
-# torch folder they were built against (the consumer's executables get theirs from
-# customop::torch's rpath).
+# Installed libraries and programs find each other through $ORIGIN, and libtorch, cudart, ...
+# where they were linked from (INSTALL_RPATH_USE_LINK_PATH: the folders outside this build);
+# the consumer's executables get theirs from customop::torch's rpath.
 set(_customop_torch_rpath "${CUSTOMOP_TORCH_ROOT}/lib")
 set(_customop_export_targets "")
 foreach(_t customop customop_gradcheck customop_ops)
   if(TARGET ${_t})
     _customop_prepare_export(${_t})
-    set_property(TARGET ${_t} PROPERTY INSTALL_RPATH "$ORIGIN;${_customop_torch_rpath}")
+    set_target_properties(${_t} PROPERTIES INSTALL_RPATH "$ORIGIN;${_customop_torch_rpath}"
+                                           INSTALL_RPATH_USE_LINK_PATH ON)
     list(APPEND _customop_export_targets ${_t})
   endif()
 endforeach()
@@ -60,8 +61,9 @@ if(_customop_export_targets)
 endif()
 
 if(TARGET customop-gradcheck)
-  set_property(TARGET customop-gradcheck PROPERTY INSTALL_RPATH
-               "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${_customop_torch_rpath}")
+  set_target_properties(customop-gradcheck PROPERTIES
+    INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${_customop_torch_rpath}"
+    INSTALL_RPATH_USE_LINK_PATH ON)
   install(TARGETS customop-gradcheck RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
           COMPONENT customop_runtime)
 endif()
