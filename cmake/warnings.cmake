@@ -8,7 +8,9 @@ if(CUSTOMOP_SANITIZE)
   # arguments (static_schema.h's string_view::find on a FixedString) while the null-check
   # family of UBSan is on ("... is not a constant expression"); null dereferences are still
   # caught, as SEGVs, by ASan.
-  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  # NB: -fno-sanitize=vptr: UBSan's vptr check needs the typeinfo of every polymorphic class
+  # it sees, and libtorch does not export some (c10::DynamicType): links fail without it.
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize=vptr -fno-omit-frame-pointer -fno-sanitize-recover=undefined
                       $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-fno-sanitize=null,nonnull-attribute,returns-nonnull-attribute>)
-  add_link_options(-fsanitize=address,undefined)
+  add_link_options(-fsanitize=address,undefined -fno-sanitize=vptr)
 endif()
