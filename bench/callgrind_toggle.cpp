@@ -14,5 +14,4 @@ void customop_callgrind_dump(const char* name) { CALLGRIND_DUMP_STATS_AT(name); 
 
 /// Starts instrumentation (under --instr-atstart=no).
 void customop_callgrind_start() { CALLGRIND_START_INSTRUMENTATION; }
-
 }

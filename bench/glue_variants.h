@@ -31,8 +31,11 @@ inline Op<ScaleArgs>& by_name_op() {
   static Op<ScaleArgs>& op = []() -> Op<ScaleArgs>& {
     auto& o = define<ScaleArgs>("glue_bench::scale(Tensor x, float alpha) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
-    o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
-    o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) { return Grads{{"x", g * s.alpha}}; });
+    o.impl_save_for_backward(
+        [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+    o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) {
+      return Grads{{"x", g * s.alpha}};
+    });
     return o;
   }();
   return op;
@@ -42,8 +45,9 @@ inline Op<ScaleArgs>& typed_op() {
   static Op<ScaleArgs>& op = []() -> Op<ScaleArgs>& {
     auto& o = define<ScaleArgs>("glue_bench::scale_typed(Tensor x, float alpha) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
-    o.impl_autograd([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; },
-                    [](const ScaleSaved& s, const at::Tensor& g) { return ScaleGrads{g * s.alpha}; });
+    o.impl_autograd(
+        [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; },
+        [](const ScaleSaved& s, const at::Tensor& g) { return ScaleGrads{g * s.alpha}; });
     return o;
   }();
   return op;
@@ -71,8 +75,14 @@ struct Variant {
 /// The variants, in table order. Defining the ops happens on the first call.
 inline std::array<Variant, 4> variants() {
   return {{
-      {"customop_by_name", [](const at::Tensor& x) { return by_name_op()(ScaleArgs{x, 2.0}); }},
-      {"customop_typed", [](const at::Tensor& x) { return typed_op()(ScaleArgs{x, 2.0}); }},
+      {"customop_by_name",
+       [](const at::Tensor& x) {
+         return by_name_op()(ScaleArgs{x, 2.0});
+       }},
+      {"customop_typed",
+       [](const at::Tensor& x) {
+         return typed_op()(ScaleArgs{x, 2.0});
+       }},
       {"autograd_function", [](const at::Tensor& x) { return ScaleFunction::apply(x, 2.0); }},
       {"aten_composite", [](const at::Tensor& x) { return x * 2.0; }},
   }};

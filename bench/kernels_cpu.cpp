@@ -34,11 +34,11 @@ namespace {
 
 namespace ops = customop::ops;
 
-constexpr int64_t kD = 1024;                   // row length of the row-wise ops (4 KiB of float32)
+constexpr int64_t kD = 1024;  // row length of the row-wise ops (4 KiB of float32)
 constexpr int64_t kSizes[] = {int64_t{4} << 10, int64_t{1} << 20, int64_t{16} << 20,
                               int64_t{256} << 20};  // bytes of the input tensor
 constexpr double kEps = 1e-6;
-constexpr double kMin = -0.5, kMax = 0.5;       // clamp_count bounds: ~60% of U(-2, 2) clamped
+constexpr double kMin = -0.5, kMax = 0.5;      // clamp_count bounds: ~60% of U(-2, 2) clamped
 const std::vector<double> kWeights{0.5, 2.0};  // weighted_sum: K = 2 inputs
 
 at::Tensor uniform(std::vector<int64_t> shape) {
@@ -61,7 +61,9 @@ using MakeCase = std::function<Case(int64_t bytes)>;
 Case rms_norm_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
   auto x = uniform({rows, kD}), w = uniform({kD});
-  return {[=] { return std::vector{ops::rms_norm_op()(ops::RmsNormArgs{x, w, kEps})}; },
+  return {[=] {
+            return std::vector{ops::rms_norm_op()(ops::RmsNormArgs{x, w, kEps})};
+          },
           [=] { return std::vector{x * at::rsqrt(x.pow(2).mean(-1, true) + kEps) * w}; },
           2 * bytes + static_cast<int64_t>(w.nbytes())};
 }
@@ -69,7 +71,9 @@ Case rms_norm_case(int64_t bytes) {
 Case bias_gelu_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
   auto x = uniform({rows, kD}), b = uniform({kD});
-  return {[=] { return std::vector{ops::bias_gelu_op()(ops::BiasGeluArgs{x, b, "none"})}; },
+  return {[=] {
+            return std::vector{ops::bias_gelu_op()(ops::BiasGeluArgs{x, b, "none"})};
+          },
           [=] { return std::vector{at::gelu(x + b)}; },
           2 * bytes + static_cast<int64_t>(b.nbytes())};
 }
@@ -92,7 +96,9 @@ Case masked_softmax_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
   auto x = uniform({rows, kD});
   auto mask = at::rand({rows, kD}) > 0.3;  // keep 70%; no row is fully masked at D = 1024
-  return {[=] { return std::vector{ops::masked_softmax_op()(ops::MaskedSoftmaxArgs{x, mask, -1})}; },
+  return {[=] {
+            return std::vector{ops::masked_softmax_op()(ops::MaskedSoftmaxArgs{x, mask, -1})};
+          },
           [=] {
             const double inf = std::numeric_limits<double>::infinity();
             return std::vector{at::softmax(x.masked_fill(~mask, -inf), -1).nan_to_num(0.0)};
@@ -121,7 +127,9 @@ Case weighted_sum_case(int64_t bytes) {
   std::vector<at::Tensor> xs;
   for (size_t k = 0; k < kWeights.size(); ++k) xs.push_back(uniform({bytes / 4}));
   const auto w = at::tensor(kWeights, at::kFloat).view({-1, 1});
-  return {[=] { return std::vector{ops::weighted_sum_op()(ops::WeightedSumArgs{xs, kWeights})}; },
+  return {[=] {
+            return std::vector{ops::weighted_sum_op()(ops::WeightedSumArgs{xs, kWeights})};
+          },
           [=] { return std::vector{at::stack(xs).mul(w).sum(0)}; },
           static_cast<int64_t>(xs.size() + 1) * bytes};
 }
@@ -136,7 +144,8 @@ void run_case(benchmark::State& state, const MakeCase& make, bool customop) {
                         ? at::allclose(mine[i], ref[i], /*rtol=*/1e-4, /*atol=*/1e-5)
                         : at::equal(mine[i], ref[i]);
     if (!ok) {
-      state.SkipWithError(("customop output " + std::to_string(i) + " differs from the composite").c_str());
+      state.SkipWithError(
+          ("customop output " + std::to_string(i) + " differs from the composite").c_str());
       return;
     }
   }
@@ -199,19 +208,20 @@ void apply_sizes(benchmark::internal::Benchmark* b) {
   // Size-major order: copy_ and every op at one size run back to back, so the yardstick and
   // the ops see the same machine load.
   for (const int64_t size : kSizes) {
-    for (const auto& [name, kind] : {std::pair{"copy/copy_", Copy::kCopy},
-                                     std::pair{"copy/memcpy", Copy::kMemcpy},
-                                     std::pair{"copy/clone", Copy::kClone}}) {
-      apply_sizes(benchmark::RegisterBenchmark(
-                      name, [kind = kind](benchmark::State& s) { run_copy(s, kind); })
-                      ->Arg(size));
+    for (const auto& [name, kind] :
+         {std::pair{"copy/copy_", Copy::kCopy}, std::pair{"copy/memcpy", Copy::kMemcpy},
+          std::pair{"copy/clone", Copy::kClone}}) {
+      apply_sizes(benchmark::RegisterBenchmark(name, [kind = kind](benchmark::State& s) {
+                    run_copy(s, kind);
+                  })->Arg(size));
     }
     for (const auto& [name, make] : cases) {
       for (const bool customop : {true, false}) {
         const std::string bm = std::string(name) + (customop ? "/customop" : "/composite");
-        apply_sizes(benchmark::RegisterBenchmark(
-                        bm.c_str(), [make = make, customop](benchmark::State& s) { run_case(s, make, customop); })
-                        ->Arg(size));
+        apply_sizes(
+            benchmark::RegisterBenchmark(bm.c_str(), [make = make, customop](benchmark::State& s) {
+              run_case(s, make, customop);
+            })->Arg(size));
       }
     }
   }
@@ -224,8 +234,9 @@ int main(int argc, char** argv) {
   // Every core this machine has (ATen's default may differ under a cgroup quota);
   // CUSTOMOP_BENCH_THREADS=N overrides (1 for callgrind: one call stack holds all the work).
   const char* threads = std::getenv("CUSTOMOP_BENCH_THREADS");
-  at::set_num_threads(threads ? std::max(1, std::atoi(threads))
-                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  at::set_num_threads(threads
+                          ? std::max(1, std::atoi(threads))
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("aten_threads", std::to_string(at::get_num_threads()));

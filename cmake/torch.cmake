@@ -33,7 +33,13 @@ target_include_directories(customop_torch SYSTEM INTERFACE
   "${CUSTOMOP_TORCH_ROOT}/include/torch/csrc/api/include")
 target_compile_definitions(customop_torch INTERFACE
   _GLIBCXX_USE_CXX11_ABI=${CUSTOMOP_TORCH_CXX11_ABI})
+# NB: libstdc++ goes first in DT_NEEDED, ahead of libtorch. The torch 2.11.0 wheel's libtorch.so
+# exports its own copy of std::filesystem (64 symbols) which crashes (a call through a null
+# pointer) when a program's std::filesystem::remove_all/create_directories binds to it; the
+# dynamic linker takes the first library in load order that defines a symbol, so naming
+# libstdc++ first binds those calls to the real one. (torch 2.12.1 exports none.)
 target_link_libraries(customop_torch INTERFACE
+  "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
   "${_tlib}/libtorch.so" "${_tlib}/libtorch_cpu.so" "${_tlib}/libc10.so")
 target_link_options(customop_torch INTERFACE "LINKER:-rpath,${_tlib}")
 

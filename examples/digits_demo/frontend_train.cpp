@@ -39,7 +39,8 @@ struct DigitsNetImpl : torch::nn::Module {
   static constexpr int64_t kHidden = 128, kFeatures = 64, kPieces = 2, kClasses = 10;
 
   DigitsNetImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(64, kHidden).bias(false)))),
+      : fc1(register_module("fc1",
+                            torch::nn::Linear(torch::nn::LinearOptions(64, kHidden).bias(false)))),
         bias1(register_parameter("bias1", torch::zeros({kHidden}))),
         norm1(register_parameter("norm1", torch::ones({kHidden}))),
         fc2(register_module("fc2", torch::nn::Linear(kHidden, kFeatures * kPieces))),
@@ -51,7 +52,8 @@ struct DigitsNetImpl : torch::nn::Module {
     h = ops::rms_norm_op()({.input = h, .weight = norm1, .eps = 1e-6});
     h = fc2(h).view({x.size(0), kFeatures, kPieces});
     auto [values, indices] = ops::max_along_op()({.input = h, .dim = 2, .keepdim = false});
-    return ops::masked_softmax_op()({.input = fc3(values), .mask = std::move(class_mask), .dim = 1});
+    return ops::masked_softmax_op()(
+        {.input = fc3(values), .mask = std::move(class_mask), .dim = 1});
   }
 
   /// Mean negative log-likelihood of labels `y` [N] int64 (train.py's DigitsNet.loss).
@@ -138,7 +140,9 @@ int run(const std::map<std::string, std::string>& flags) {
        {"final_train_loss", train_loss},
        {"customop_backward_node_kinds", static_cast<double>(backward_nodes.size())},
        {"ok", ok ? "yes" : "no"}});
-  if (!ok) std::cout << "FAIL: accuracy below " << flags.at("min-accuracy") << " or no customop backward\n";
+  if (!ok)
+    std::cout << "FAIL: accuracy below " << flags.at("min-accuracy")
+              << " or no customop backward\n";
   return ok ? 0 : 1;
 }
 

@@ -49,7 +49,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 int run(const std::map<std::string, std::string>& flags) {
-  if (!flags.at("ops-library").empty()) customop::examples::load_ops_library(flags.at("ops-library"));
+  if (!flags.at("ops-library").empty())
+    customop::examples::load_ops_library(flags.at("ops-library"));
   const auto t_load = std::chrono::steady_clock::now();
   torch::jit::Module model = customop::examples::load_scripted_model(flags.at("model"));
   std::cout << "loaded " << flags.at("model") << " in " << seconds_since(t_load) << " s\n";
@@ -99,11 +100,12 @@ int run(const std::map<std::string, std::string>& flags) {
   for (const auto& name : autograd_node_names(loss)) {
     if (name.find("customop") != std::string::npos) ++custom_nodes[name];
   }
-  std::cout << "backward: " << n_params << " parameter gradients, max |C++ - Python| "
-            << grad_diff << "\n"
+  std::cout << "backward: " << n_params << " parameter gradients, max |C++ - Python| " << grad_diff
+            << "\n"
             << "autograd nodes from customop's registered backward formulas: "
             << custom_nodes.size() << " kinds\n";
-  for (const auto& [name, count] : custom_nodes) std::cout << "  " << count << " x " << name << "\n";
+  for (const auto& [name, count] : custom_nodes)
+    std::cout << "  " << count << " x " << name << "\n";
   if (!(grad_diff <= max_diff)) {
     std::cout << "FAIL: gradients differ by " << grad_diff << " > " << max_diff << "\n";
     ok = false;
@@ -115,12 +117,13 @@ int run(const std::map<std::string, std::string>& flags) {
 
   if (!flags.at("summary").empty()) {
     customop::examples::write_summary(
-        flags.at("summary"), {{"test_accuracy", acc},
-                              {"n_test", static_cast<double>(probs.size(0))},
-                              {"max_abs_diff_outputs", out_diff},
-                              {"max_abs_diff_grads", grad_diff},
-                              {"customop_backward_node_kinds", static_cast<double>(custom_nodes.size())},
-                              {"ok", ok ? "yes" : "no"}});
+        flags.at("summary"),
+        {{"test_accuracy", acc},
+         {"n_test", static_cast<double>(probs.size(0))},
+         {"max_abs_diff_outputs", out_diff},
+         {"max_abs_diff_grads", grad_diff},
+         {"customop_backward_node_kinds", static_cast<double>(custom_nodes.size())},
+         {"ok", ok ? "yes" : "no"}});
   }
   return ok ? 0 : 1;
 }
@@ -128,10 +131,13 @@ int run(const std::map<std::string, std::string>& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto flags = customop::examples::parse_flags(
-      argc, argv, kUsage,
-      {{"model", ""}, {"ops-library", ""}, {"data", ""}, {"summary", ""},
-       {"min-accuracy", "0.95"}, {"max-diff", "1e-5"}});
+  const auto flags = customop::examples::parse_flags(argc, argv, kUsage,
+                                                     {{"model", ""},
+                                                      {"ops-library", ""},
+                                                      {"data", ""},
+                                                      {"summary", ""},
+                                                      {"min-accuracy", "0.95"},
+                                                      {"max-diff", "1e-5"}});
   if (flags.at("model").empty()) {
     std::cerr << "digits_load_and_eval: --model is required\n" << kUsage;
     return 2;

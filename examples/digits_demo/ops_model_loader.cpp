@@ -11,8 +11,8 @@ void load_ops_library(const std::string& path) {
   // lookups) resolve against the same symbols, as Python's ctypes.CDLL does for load_library.
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     const char* why = dlerror();
-    throw std::runtime_error("cannot load the op library '" + path + "': " +
-                             (why != nullptr ? why : "unknown dlopen error"));
+    throw std::runtime_error("cannot load the op library '" + path +
+                             "': " + (why != nullptr ? why : "unknown dlopen error"));
   }
 }
 
@@ -22,7 +22,8 @@ torch::jit::Module load_scripted_model(const std::string& path) {
   } catch (const std::exception& e) {
     // NB: the compiler's errors are torch::jit::ErrorReport, not c10::Error:
     // "Unknown builtin op: customop::rms_norm.\nCould not find any similar ops ..."
-    static const std::regex kUnknownOp(R"(Unknown builtin op: ([A-Za-z_]\w*::[A-Za-z_][\w.]*?)\.?\s)");
+    static const std::regex kUnknownOp(
+        R"(Unknown builtin op: ([A-Za-z_]\w*::[A-Za-z_][\w.]*?)\.?\s)");
     const std::string what = e.what();
     std::smatch m;
     if (!std::regex_search(what, m, kUnknownOp)) throw;

@@ -40,25 +40,27 @@ at::Tensor smooth_abs_cuda(const SmoothAbsArgs& a) {
     err = launch_smooth_abs_fwd<double>(
         {x.data_ptr<double>(), y.data_ptr<double>(), x.numel(), a.eps * a.eps}, stream);
   } else {
-    err = launch_smooth_abs_fwd<float>({x.data_ptr<float>(), y.data_ptr<float>(), x.numel(),
-                                        static_cast<float>(a.eps * a.eps)},
-                                       stream);
+    err = launch_smooth_abs_fwd<float>(
+        {x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), static_cast<float>(a.eps * a.eps)},
+        stream);
   }
-  TORCH_CHECK(err == cudaSuccess, "smooth_abs: CUDA kernel launch failed: ",
-              cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess,
+              "smooth_abs: CUDA kernel launch failed: ", cudaGetErrorString(err));
   return y;
 }
 #endif
 
 customop::Op<SmoothAbsArgs>& define_smooth_abs() {
-  auto& op = customop::define<SmoothAbsArgs>("downstream::smooth_abs(Tensor x, float eps) -> Tensor");
+  auto& op =
+      customop::define<SmoothAbsArgs>("downstream::smooth_abs(Tensor x, float eps) -> Tensor");
   op.impl(c10::DeviceType::CPU, smooth_abs_cpu);
 #ifdef DOWNSTREAM_WITH_CUDA
   op.impl(c10::DeviceType::CUDA, smooth_abs_cuda);
 #endif
   // dy/dx = x / y (y >= eps > 0, so no division by zero).
-  op.impl_save_for_backward(
-      [](const SmoothAbsArgs& in, const at::Tensor& y) { return SmoothAbsSaved{in.x, y}; });
+  op.impl_save_for_backward([](const SmoothAbsArgs& in, const at::Tensor& y) {
+    return SmoothAbsSaved{in.x, y};
+  });
   op.impl_backward([](const SmoothAbsSaved& s, const at::Tensor& grad_y) {
     return customop::Grads{{"x", grad_y * s.x / s.y}};
   });

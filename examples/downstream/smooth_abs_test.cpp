@@ -7,8 +7,8 @@
 
 namespace {
 
-using downstream::SmoothAbsArgs;
 using downstream::smooth_abs_op;
+using downstream::SmoothAbsArgs;
 
 at::Tensor reference(const at::Tensor& x, double eps) {
   const at::Tensor x64 = x.to(torch::kDouble);

@@ -8,7 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -37,6 +41,42 @@ std::string first_line(const std::exception& e) {
   return what.substr(0, what.find('\n'));
 }
 
+/// A CLI11 check: a finite number, > 0 (`strict`) or >= 0. CLI::PositiveNumber lets NaN and
+/// inf through and prints DBL_MAX in its message.
+CLI::Validator finite_number(bool strict) {
+  return CLI::Validator(
+      [strict](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+        if (used != text.size()) return "'" + text + "' is not a number";
+        if (!std::isfinite(v)) return "must be a finite number, got " + text;
+        if (strict ? !(v > 0) : !(v >= 0)) {
+          return std::string(strict ? "must be > 0" : "must be >= 0") + ", got " + text;
+        }
+        return {};
+      },
+      strict ? "FLOAT > 0" : "FLOAT >= 0");
+}
+
+/// "" when `path` can be written now (created, then removed if it did not exist), else why not.
+std::string unwritable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return "'" + path + "' is a directory";
+  const bool existed = fs::exists(path, ec);
+  {
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) return "cannot write '" + path + "': " + std::strerror(errno);
+  }
+  if (!existed) fs::remove(path, ec);
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,22 +101,34 @@ int main(int argc, char** argv) {
   bool quiet = false;
 
   app.add_flag("--list", list, "List the ops that would be checked, then exit");
-  app.add_option("--op", op_glob, "Glob on the qualified op name, e.g. 'customop::*'");
+  app.add_option("--op", op_glob,
+                 "Glob on the qualified op name, e.g. 'customop::*' ('*' any run, '?' one "
+                 "character); with --samples it picks the spec's cases");
   app.add_option("--device", device, "cpu, cuda or all")
       ->check(CLI::IsMember({"cpu", "cuda", "all"}));
   app.add_option("--dtype", dtype, "float32, float64 or all")
       ->check(CLI::IsMember({"float32", "float64", "all"}));
   app.add_option("--mode", mode, "slow (full Jacobians), fast (random projections) or both")
       ->check(CLI::IsMember({"slow", "fast", "both"}));
-  app.add_option("--seed", seed, "Seed of the samples, projections and grad_outputs");
+  app.add_option("--seed", seed, "Seed of the samples, projections and grad_outputs")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            const bool digits =
+                !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+            errno = 0;
+            if (digits) std::strtoull(text.c_str(), nullptr, 10);
+            if (!digits || errno == ERANGE) return "must be an integer in [0, 2^64), got " + text;
+            return {};
+          },
+          "UINT64"));
   app.add_option("--eps", eps, "Central-difference step (default by dtype)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(/*strict=*/true));
   app.add_option("--atol", atol, "Absolute tolerance (default by dtype)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_number(/*strict=*/false));
   app.add_option("--rtol", rtol, "Relative tolerance (default by dtype)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_number(/*strict=*/false));
   app.add_option("--nondet-tol", nondet_tol, "Tolerance of the reentrancy check (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_number(/*strict=*/false));
   app.add_option("--low-precision", low_precision,
                  "Numerical method for float32: auto, float64-reference, ridders, central")
       ->check(CLI::IsMember({"auto", "float64-reference", "ridders", "central"}));
@@ -103,6 +155,18 @@ int main(int argc, char** argv) {
     return usage_error(e.what() + std::string(" (see --help)"));
   }
 
+  // Output paths are checked before the run, not after minutes of it.
+  if (!json_path.empty()) {
+    if (auto why = unwritable(json_path); !why.empty()) return usage_error("--json: " + why);
+  }
+  if (!heatmap_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(heatmap_dir, ec);
+    if (ec || !std::filesystem::is_directory(heatmap_dir)) {
+      return usage_error("--heatmap: cannot create the folder '" + heatmap_dir +
+                         "': " + (ec ? ec.message() : std::string("a file is in the way")));
+    }
+  }
   try {
     for (const auto& lib : libraries) gc::load_library(lib);
   } catch (const std::exception& e) {
@@ -126,16 +190,24 @@ int main(int argc, char** argv) {
   if (app.count("--rtol")) run.check.rtol = rtol;
   run.check.nondet_tol = nondet_tol;
   run.check.check_second_order = second_order;
-  run.check.low_precision = low_precision == "ridders"             ? gc::LowPrecisionMethod::kRidders
-                            : low_precision == "central"           ? gc::LowPrecisionMethod::kCentral
-                            : low_precision == "float64-reference" ? gc::LowPrecisionMethod::kFloat64Reference
-                                                                   : gc::LowPrecisionMethod::kAuto;
+  run.check.low_precision = low_precision == "ridders"   ? gc::LowPrecisionMethod::kRidders
+                            : low_precision == "central" ? gc::LowPrecisionMethod::kCentral
+                            : low_precision == "float64-reference"
+                                ? gc::LowPrecisionMethod::kFloat64Reference
+                                : gc::LowPrecisionMethod::kAuto;
   if (!quiet) run.progress = [](const std::string& line) { std::cerr << line << std::endl; };
 
   gc::RunSummary summary;
   try {
     if (!samples_path.empty()) {
-      const auto cases = gc::load_spec_file(samples_path);
+      auto cases = gc::load_spec_file(samples_path);
+      if (app.count("--op")) {
+        std::erase_if(cases, [&](const gc::SpecCase& c) { return !gc::glob_match(op_glob, c.op); });
+        if (cases.empty()) {
+          return usage_error("no case of '" + samples_path + "' names an op matching '" + op_glob +
+                             "'");
+        }
+      }
       if (list) {
         for (const auto& c : cases) std::cout << c.op << "  \"" << c.label << "\"\n";
         return kPassed;
@@ -161,8 +233,11 @@ int main(int argc, char** argv) {
   try {
     if (!json_path.empty()) {
       std::ofstream out(json_path);
-      if (!out) return usage_error("cannot write '" + json_path + "'");
       out << gc::to_json(summary) << "\n";
+      out.flush();
+      if (!out) {
+        return usage_error("--json: writing '" + json_path + "' failed: " + std::strerror(errno));
+      }
     }
     if (!heatmap_dir.empty()) {
       for (const auto& path : gc::write_heatmaps(summary, heatmap_dir)) {

@@ -40,7 +40,8 @@ BoxedFunction boxed_from_handle(const c10::OperatorHandle& op, bool has_cpu) {
 std::string tensor_arg_list(const torch::jit::Stack& args, const std::vector<std::string>& names) {
   std::string out;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i].isTensor() || args[i].isTensorList() || (args[i].isList() && !args[i].toListRef().empty() && args[i].toListRef()[0].isTensor())) {
+    if (args[i].isTensor() || args[i].isTensorList() ||
+        (args[i].isList() && !args[i].toListRef().empty() && args[i].toListRef()[0].isTensor())) {
       out += (out.empty() ? "" : ", ") + (i < names.size() ? names[i] : "arg" + std::to_string(i));
     }
   }
@@ -51,30 +52,30 @@ void validate(const BoxedFunction& fn, const torch::jit::Stack& args,
               const std::vector<detail::Slot>& slots) {
   TORCH_CHECK_VALUE(!slots.empty(), fn.name,
                     ": gradcheck expects at least one input tensor that requires grad, but none "
-                    "of the tensor arguments (", tensor_arg_list(args, fn.arg_names),
+                    "of the tensor arguments (",
+                    tensor_arg_list(args, fn.arg_names),
                     ") does; at least one input must require grad (call requires_grad_() on the "
                     "floating-point inputs to differentiate)");
   std::optional<c10::Device> device;
   for (std::size_t j = 0; j < slots.size(); ++j) {
     const auto& s = slots[j];
-    const at::Tensor t = s.element < 0 ? args[s.arg].toTensor()
-                         : args[s.arg].isTensorList()
-                             ? at::Tensor(args[s.arg].toTensorList().get(static_cast<std::size_t>(s.element)))
-                             : args[s.arg].toListRef()[static_cast<std::size_t>(s.element)].toTensor();
+    const at::Tensor t =
+        s.element < 0 ? args[s.arg].toTensor()
+        : args[s.arg].isTensorList()
+            ? at::Tensor(args[s.arg].toTensorList().get(static_cast<std::size_t>(s.element)))
+            : args[s.arg].toListRef()[static_cast<std::size_t>(s.element)].toTensor();
     for (int64_t d = 0; d < t.dim(); ++d) {
-      TORCH_CHECK_VALUE(!(t.stride(d) == 0 && t.size(d) > 1), fn.name, ": input ", j, " ('",
-                        s.name, "') has a dimension with stride 0 (sizes ",
-                        detail::format_sizes(t.sizes()), ", strides ",
-                        detail::format_sizes(t.strides()),
+      TORCH_CHECK_VALUE(!(t.stride(d) == 0 && t.size(d) > 1), fn.name, ": input ", j, " ('", s.name,
+                        "') has a dimension with stride 0 (sizes ", detail::format_sizes(t.sizes()),
+                        ", strides ", detail::format_sizes(t.strides()),
                         ", e.g. from expand()); gradcheck perturbs one element at a time and "
-                        "needs inputs whose elements do not share memory: pass ", s.name,
-                        ".contiguous() (or .clone()) instead");
+                        "needs inputs whose elements do not share memory: pass ",
+                        s.name, ".contiguous() (or .clone()) instead");
     }
-    TORCH_CHECK_VALUE(at::has_internal_overlap(t) != at::MemOverlap::Yes, fn.name, ": input ", j,
-                      " ('", s.name, "') has overlapping memory (sizes ",
-                      detail::format_sizes(t.sizes()), ", strides ",
-                      detail::format_sizes(t.strides()), "); pass ", s.name,
-                      ".contiguous() instead");
+    TORCH_CHECK_VALUE(
+        at::has_internal_overlap(t) != at::MemOverlap::Yes, fn.name, ": input ", j, " ('", s.name,
+        "') has overlapping memory (sizes ", detail::format_sizes(t.sizes()), ", strides ",
+        detail::format_sizes(t.strides()), "); pass ", s.name, ".contiguous() instead");
     if (!device) device = t.device();
     TORCH_CHECK_VALUE(*device == t.device(), fn.name, ": input ", j, " ('", s.name, "') is on ",
                       t.device(), " but input 0 ('", slots[0].name, "') is on ", *device,
@@ -97,15 +98,16 @@ detail::CheckConfig make_config(const GradcheckOptions& o, const Tolerances& tol
   cfg.low_precision = o.low_precision;
   cfg.ridders_initial_step = o.ridders_initial_step;
   cfg.ridders_shrink = o.ridders_shrink;
+  cfg.max_jacobian_entries = o.max_jacobian_entries;
   cfg.ridders_levels = o.ridders_levels;
   return cfg;
 }
 
 /// (inputs, grad_outputs) -> grads computed with create_graph: gradgradcheck's function.
-detail::Function make_second_order(const detail::Function& f, std::vector<std::size_t> diff,
+detail::Function make_second_order(const detail::Function& f, const std::vector<std::size_t>& diff,
                                    std::size_t num_inputs, std::vector<std::string> out_names,
                                    OpCounts* counts) {
-  auto build = [=](detail::TensorFn eval) -> detail::TensorFn {
+  auto build = [=](const detail::TensorFn& eval) -> detail::TensorFn {
     return [=](const std::vector<at::Tensor>& all) {
       at::AutoGradMode grad_mode(true);
       std::vector<at::Tensor> xs, gos;
@@ -120,6 +122,7 @@ detail::Function make_second_order(const detail::Function& f, std::vector<std::s
       }
       const auto outs = eval(xs);
       std::vector<at::Tensor> ys;
+      ys.reserve(diff.size());
       for (auto o : diff) ys.push_back(outs[o]);
       auto grads = detail::vjp(ys, gos, xs, *counts, /*create_graph=*/create);
       for (std::size_t j = 0; j < grads.size(); ++j) {
@@ -153,7 +156,8 @@ void compare_cuda_with_cpu(const BoxedFunction& fn, const torch::jit::Stack& arg
   std::vector<at::Tensor> cpu_outs;
   try {
     at::AutoGradMode grad_mode(true);
-    torch::jit::Stack stack = detail::substitute(args, slots, cpu_leaves, false, c10::Device(at::kCPU));
+    torch::jit::Stack stack =
+        detail::substitute(args, slots, cpu_leaves, false, c10::Device(at::kCPU));
     ++r.counts.forward_calls;
     fn.call_cpu(stack);
     cpu_outs = detail::flatten_returns(stack);
@@ -267,7 +271,9 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
 
   if (options.check_second_order && !c.diff.empty()) {
     std::vector<std::string> names;
-    for (auto o : c.diff) names.push_back(o < c.output_names.size() ? c.output_names[o] : "output " + std::to_string(o));
+    for (auto o : c.diff)
+      names.push_back(o < c.output_names.size() ? c.output_names[o]
+                                                : "output " + std::to_string(o));
     detail::Function g = make_second_order(f, c.diff, point.size(), names, &r.counts);
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options.seed + 1);
     std::vector<at::Tensor> point2 = point;

@@ -57,7 +57,8 @@ void write_rgb_png(const std::string& path, int width, int height,
 void write_heatmap_png(const PairReport& pair, const Tolerances& tol, const std::string& path) {
   TORCH_CHECK_VALUE(pair.numerical.defined() && pair.analytical.defined(),
                     "write_heatmap_png: the pair (output ", pair.output, ", input ", pair.input,
-                    " ('", pair.input_name, "')) holds no Jacobians (it passed, or had more "
+                    " ('", pair.input_name,
+                    "')) holds no Jacobians (it passed, or had more "
                     "than 2^22 entries; set keep_jacobians to keep them)");
   const at::Tensor num = pair.numerical.to(at::kDouble).contiguous();
   const at::Tensor ana = pair.analytical.to(at::kDouble).contiguous();
@@ -116,7 +117,8 @@ std::vector<std::string> write_heatmaps(const RunSummary& summary, const std::st
         const std::string name = clean(c.op) + "_" + clean(c.device) + "_" + c.dtype + "_" +
                                  std::string(mode_name(c.mode)) + "_case" + std::to_string(k) +
                                  (pairs == &c.result.pairs ? "" : "_second_order") + "_out" +
-                                 std::to_string(p.output) + "_in" + std::to_string(p.input) + ".png";
+                                 std::to_string(p.output) + "_in" + std::to_string(p.input) +
+                                 ".png";
         const std::string path = (std::filesystem::path(dir) / name).string();
         write_heatmap_png(p, c.result.tolerances, path);
         written.push_back(path);

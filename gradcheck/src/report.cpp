@@ -35,7 +35,7 @@ nlohmann::json number(double v) {
 }
 
 nlohmann::json element_json(const ElementReport& e) {
-  return {{"output_index", e.output_index}, {"input_index", e.input_index},
+  return {{"output_index", e.output_index},   {"input_index", e.input_index},
           {"numerical", number(e.numerical)}, {"analytical", number(e.analytical)},
           {"abs_error", number(e.abs_error)}, {"rel_error", number(e.rel_error)},
           {"tolerance", number(e.tolerance)}};
@@ -115,9 +115,9 @@ std::string format_report(const GradcheckResult& r) {
   }
   os << "  op " << r.op;
   if (!r.label.empty()) os << ", sample \"" << r.label << "\"";
-  os << ", " << r.device << " " << r.dtype << ", " << mode_name(r.mode) << " mode, numerical: "
-     << r.method << ", op evaluations: " << r.counts.forward_calls << " forward + "
-     << r.counts.vjp_calls << " backward\n";
+  os << ", " << r.device << " " << r.dtype << ", " << mode_name(r.mode)
+     << " mode, numerical: " << r.method << ", op evaluations: " << r.counts.forward_calls
+     << " forward + " << r.counts.vjp_calls << " backward\n";
   if (r.failures.size() > 1) {
     os << "  also failed:\n";
     for (std::size_t k = 1; k < r.failures.size(); ++k) {
@@ -130,9 +130,10 @@ std::string format_report(const GradcheckResult& r) {
     }
   }
   if (!r.arguments.empty() && !r.pairs.empty()) {
-    os << "  per argument (" << (r.mode == Mode::kFast ? "fast mode: projected entries, slow "
-                                                          "mode where they failed"
-                                                        : "over every output")
+    os << "  per argument ("
+       << (r.mode == Mode::kFast ? "fast mode: projected entries, slow "
+                                   "mode where they failed"
+                                 : "over every output")
        << "):\n";
     os << "    " << pad("argument", 24) << pad("bad/entries", 14) << pad("worst abs err", 15)
        << "worst rel err\n";
@@ -195,8 +196,9 @@ std::string format_summary(const RunSummary& summary) {
   for (const auto& c : summary.cases) {
     if (c.status == CaseStatus::kFailed) {
       os << "FAILED " << c.op << " [" << c.device << " " << c.dtype << " " << mode_name(c.mode)
-         << " \"" << c.label << "\"]: "
-         << (c.result.failures.empty() ? "" : c.result.failures.front().headline) << "\n";
+         << " \"" << c.label
+         << "\"]: " << (c.result.failures.empty() ? "" : c.result.failures.front().headline)
+         << "\n";
     } else if (c.status == CaseStatus::kError) {
       os << "ERROR  " << c.op << " [" << c.device << " " << c.dtype << " " << mode_name(c.mode)
          << " \"" << c.label << "\"]: " << c.reason << "\n";
@@ -210,14 +212,10 @@ std::string to_json(const GradcheckResult& result) { return result_json(result).
 std::string to_json(const RunSummary& summary) {
   nlohmann::json cases = nlohmann::json::array();
   for (const auto& c : summary.cases) {
-    nlohmann::json j = {{"op", c.op},
-                        {"device", c.device},
-                        {"dtype", c.dtype},
-                        {"mode", std::string(mode_name(c.mode))},
-                        {"label", c.label},
-                        {"status", std::string(status_name(c.status))},
-                        {"reason", c.reason},
-                        {"seconds", c.seconds}};
+    nlohmann::json j = {{"op", c.op},         {"device", c.device},
+                        {"dtype", c.dtype},   {"mode", std::string(mode_name(c.mode))},
+                        {"label", c.label},   {"status", std::string(status_name(c.status))},
+                        {"reason", c.reason}, {"seconds", c.seconds}};
     if (c.status == CaseStatus::kPassed || c.status == CaseStatus::kFailed) {
       j["result"] = result_json(c.result);
     }

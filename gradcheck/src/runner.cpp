@@ -7,9 +7,9 @@
 #include "detail/function.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
-#include <ATen/Context.h>
 
 #include <dlfcn.h>
 
@@ -133,9 +133,11 @@ std::string tally(const RunSummary& s, std::size_t from, double seconds) {
     vjp += s.cases[k].result.counts.vjp_calls;
   }
   char buf[200];
-  std::snprintf(buf, sizeof(buf), "%d passed, %d failed, %d skipped, %d errors; %lld forward + %lld backward calls (%.2f s)",
-                counts[0], counts[1], counts[2], counts[3], static_cast<long long>(fwd),
-                static_cast<long long>(vjp), seconds);
+  std::snprintf(
+      buf, sizeof(buf),
+      "%d passed, %d failed, %d skipped, %d errors; %lld forward + %lld backward calls (%.2f s)",
+      counts[0], counts[1], counts[2], counts[3], static_cast<long long>(fwd),
+      static_cast<long long>(vjp), seconds);
   return buf;
 }
 
@@ -214,9 +216,9 @@ RunSummary run_registered_ops(const RunOptions& options) {
             base.dtype = detail::dtype_name(dtype);
             base.label = s.label;
             const torch::jit::Stack args = with_requires_grad(s.args);
-            summary.cases.push_back(run_case(
-                [&](const GradcheckOptions& o) { return gradcheck(op, args, o); }, options.check,
-                mode, std::move(base)));
+            summary.cases.push_back(
+                run_case([&](const GradcheckOptions& o) { return gradcheck(op, args, o); },
+                         options.check, mode, std::move(base)));
           }
         }
       }

@@ -48,11 +48,11 @@ struct SpecError : std::runtime_error {
 
 std::optional<c10::ScalarType> parse_dtype(const std::string& s) {
   static const std::pair<const char*, c10::ScalarType> kNames[] = {
-      {"float64", at::kDouble}, {"double", at::kDouble},  {"float32", at::kFloat},
-      {"float", at::kFloat},    {"float16", at::kHalf},   {"half", at::kHalf},
-      {"bfloat16", at::kBFloat16}, {"int64", at::kLong}, {"long", at::kLong},
-      {"int32", at::kInt},      {"int", at::kInt},        {"bool", at::kBool},
-      {"uint8", at::kByte},     {"int8", at::kChar},      {"int16", at::kShort}};
+      {"float64", at::kDouble},    {"double", at::kDouble}, {"float32", at::kFloat},
+      {"float", at::kFloat},       {"float16", at::kHalf},  {"half", at::kHalf},
+      {"bfloat16", at::kBFloat16}, {"int64", at::kLong},    {"long", at::kLong},
+      {"int32", at::kInt},         {"int", at::kInt},       {"bool", at::kBool},
+      {"uint8", at::kByte},        {"int8", at::kChar},     {"int16", at::kShort}};
   for (const auto& [n, t] : kNames) {
     if (s == n) return t;
   }
@@ -81,7 +81,8 @@ TensorSpec parse_tensor(const json& j) {
       }
     } else if (key == "dtype") {
       if (!v.is_string() || !parse_dtype(v.get<std::string>())) {
-        bad("unknown dtype " + v.dump() + " (float64, float32, float16, bfloat16, int64, int32, bool)");
+        bad("unknown dtype " + v.dump() +
+            " (float64, float32, float16, bfloat16, int64, int32, bool)");
       }
       t.dtype = parse_dtype(v.get<std::string>());
     } else if (key == "requires_grad") {
@@ -104,7 +105,8 @@ TensorSpec parse_tensor(const json& j) {
       if (!v.is_boolean()) bad("\"noncontiguous\" must be true or false");
       t.noncontiguous = v.get<bool>();
     } else {
-      bad("unknown tensor key \"" + key + "\" (shape, dtype, requires_grad, init, low, high, values, noncontiguous)");
+      bad("unknown tensor key \"" + key +
+          "\" (shape, dtype, requires_grad, init, low, high, values, noncontiguous)");
     }
   }
   if (!j.contains("shape")) bad("a \"tensor\" needs a \"shape\"");
@@ -157,15 +159,14 @@ at::Tensor make_tensor(const TensorSpec& t, c10::Device device, c10::ScalarType 
 c10::IValue convert_literal(const json& v, const c10::TypePtr& type, const std::string& arg) {
   using K = c10::TypeKind;
   const auto expect = [&](const char* what) -> c10::IValue {
-    bad("argument '" + arg + "' of type " + type->str() + ": expected " + what + ", got " + v.dump());
+    bad("argument '" + arg + "' of type " + type->str() + ": expected " + what + ", got " +
+        v.dump());
   };
   switch (type->kind()) {
     case K::OptionalType:
       if (v.is_null()) return c10::IValue();
       return convert_literal(v, type->castRaw<c10::OptionalType>()->getElementType(), arg);
     case K::IntType:
-      if (v.is_number_integer()) return v.get<int64_t>();
-      return expect("an integer");
     case K::SymIntType:
       if (v.is_number_integer()) return v.get<int64_t>();
       return expect("an integer");
@@ -228,6 +229,34 @@ c10::IValue convert_literal(const json& v, const c10::TypePtr& type, const std::
 
 ArgRecipe parse_arg(const json& v, const c10::Argument& a) {
   ArgRecipe r;
+  // What the schema allows: {"tensor"} only for Tensor / Tensor?, {"tensors"} only for
+  // Tensor[] / Tensor?[], null only for an optional argument.
+  const bool optional = a.real_type()->kind() == c10::TypeKind::OptionalType;
+  const c10::TypePtr base =
+      optional ? a.real_type()->castRaw<c10::OptionalType>()->getElementType() : a.real_type();
+  const bool is_tensor = base->kind() == c10::TypeKind::TensorType;
+  bool is_tensor_list = false;
+  if (base->kind() == c10::TypeKind::ListType) {
+    auto elem = base->castRaw<c10::ListType>()->getElementType();
+    if (elem->kind() == c10::TypeKind::OptionalType) {
+      elem = elem->castRaw<c10::OptionalType>()->getElementType();
+    }
+    is_tensor_list = elem->kind() == c10::TypeKind::TensorType;
+  }
+  const std::string what = "argument '" + a.name() + "' of type " + a.real_type()->str();
+  if (v.is_null() && !optional) bad(what + ": null is only allowed for an optional argument");
+  if (is_tensor && !v.is_null() && !(v.is_object() && v.contains("tensor"))) {
+    bad(what + ": expected {\"tensor\": {...}}, got " + v.dump());
+  }
+  if (is_tensor_list && !v.is_null() && !(v.is_object() && v.contains("tensors"))) {
+    bad(what + ": expected {\"tensors\": [...]}, got " + v.dump());
+  }
+  if (!is_tensor && v.is_object() && v.contains("tensor")) {
+    bad(what + ": a tensor ({\"tensor\": ...}) was given for a non-Tensor argument");
+  }
+  if (!is_tensor_list && v.is_object() && v.contains("tensors")) {
+    bad(what + ": a tensor list ({\"tensors\": ...}) was given for a non-Tensor[] argument");
+  }
   if (v.is_object() && v.contains("tensor")) {
     if (v.size() != 1) bad("argument '" + a.name() + "': {\"tensor\": {...}} takes no other keys");
     r.kind = ArgRecipe::kTensor;
@@ -246,21 +275,24 @@ ArgRecipe parse_arg(const json& v, const c10::Argument& a) {
     return r;
   }
   if (v.is_object()) {
-    bad("argument '" + a.name() + "': an object must be {\"tensor\": {...}} or {\"tensors\": [...]}");
+    bad("argument '" + a.name() +
+        "': an object must be {\"tensor\": {...}} or {\"tensors\": [...]}");
   }
   r.value = convert_literal(v, a.real_type(), a.name());
   return r;
 }
 
 SpecCase parse_case(const json& j, std::size_t index) {
-  if (!j.is_object()) bad("case " + std::to_string(index) + " must be an object with \"op\" and \"args\"");
+  if (!j.is_object())
+    bad("case " + std::to_string(index) + " must be an object with \"op\" and \"args\"");
   for (const auto& [key, v] : j.items()) {
     if (key != "op" && key != "args" && key != "label") {
       bad("case " + std::to_string(index) + ": unknown key \"" + key + "\" (op, label, args)");
     }
   }
   if (!j.contains("op") || !j["op"].is_string()) {
-    bad("case " + std::to_string(index) + ": \"op\" must name the operator, e.g. \"aten::mul.Tensor\"");
+    bad("case " + std::to_string(index) +
+        ": \"op\" must name the operator, e.g. \"aten::mul.Tensor\"");
   }
   SpecCase sc;
   sc.op = j["op"].get<std::string>();
@@ -268,7 +300,8 @@ SpecCase parse_case(const json& j, std::size_t index) {
                                                            : "case " + std::to_string(index);
   const std::string where = "case " + std::to_string(index) + " (" + sc.op + ")";
   const auto sep = sc.op.find("::");
-  if (sep == std::string::npos) bad(where + ": the op name must be qualified, \"namespace::name[.overload]\"");
+  if (sep == std::string::npos)
+    bad(where + ": the op name must be qualified, \"namespace::name[.overload]\"");
   const auto dot = sc.op.find('.', sep);
   const std::string name = sc.op.substr(0, dot);
   const std::string overload = dot == std::string::npos ? "" : sc.op.substr(dot + 1);
@@ -300,7 +333,8 @@ SpecCase parse_case(const json& j, std::size_t index) {
     }
     for (std::size_t i = 0; i < sargs.size(); ++i) {
       if (recipes[i]) continue;
-      if (!sargs[i].default_value()) bad("argument '" + sargs[i].name() + "' is missing and has no default");
+      if (!sargs[i].default_value())
+        bad("argument '" + sargs[i].name() + "' is missing and has no default");
       ArgRecipe r;
       r.value = *sargs[i].default_value();
       recipes[i] = std::move(r);
@@ -327,7 +361,9 @@ SpecCase parse_case(const json& j, std::size_t index) {
     torch::jit::Stack stack;
     for (const auto& r : *shared) {
       switch (r->kind) {
-        case ArgRecipe::kTensor: stack.emplace_back(make_tensor(r->tensor, device, dtype, gen)); break;
+        case ArgRecipe::kTensor:
+          stack.emplace_back(make_tensor(r->tensor, device, dtype, gen));
+          break;
         case ArgRecipe::kTensorList: {
           c10::List<at::Tensor> list;
           for (const auto& t : r->tensors) list.push_back(make_tensor(t, device, dtype, gen));

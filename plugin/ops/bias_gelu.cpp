@@ -22,8 +22,8 @@ void check_bias_gelu(const BiasGeluArgs& a, c10::DeviceType device) {
   TORCH_CHECK(a.input.dim() >= 1,
               "bias_gelu: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
   const int64_t d = a.input.size(-1);
-  TORCH_CHECK(a.bias.dim() == 1 && a.bias.size(0) == d,
-              "bias_gelu: bias must have shape [D] = [", d, "], but got ", a.bias.sizes());
+  TORCH_CHECK(a.bias.dim() == 1 && a.bias.size(0) == d, "bias_gelu: bias must have shape [D] = [",
+              d, "], but got ", a.bias.sizes());
   TORCH_CHECK_VALUE(a.approximate == "none" || a.approximate == "tanh",
                     "bias_gelu: approximate must be \"none\" or \"tanh\", but got \"",
                     a.approximate, "\"");

@@ -1,7 +1,7 @@
 // customop::clamp_count: schema, checks, backward formula, samples, registration.
 
-#include "detail/checks.h"
 #include "detail/clamp_count.h"
+#include "detail/checks.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -16,8 +16,10 @@ namespace detail {
 
 void check_clamp_count(const ClampCountArgs& a, c10::DeviceType device) {
   check_floating("clamp_count", "input", a.input, device);
-  TORCH_CHECK_VALUE(a.min <= a.max, "clamp_count: min must be <= max (and neither NaN), but got "
-                    "min = ", a.min, " and max = ", a.max);
+  TORCH_CHECK_VALUE(a.min <= a.max,
+                    "clamp_count: min must be <= max (and neither NaN), but got "
+                    "min = ",
+                    a.min, " and max = ", a.max);
 }
 
 }  // namespace detail
@@ -61,7 +63,8 @@ std::vector<std::pair<std::string, ClampCountArgs>> clamp_count_samples(c10::Dev
   return {
       {"contiguous [4, 8]", {away_from_bounds({4, 8}, 61, dev, dt), -0.5, 0.7}},
       {"transposed [5, 6]", {away_from_bounds({6, 5}, 62, dev, dt).t(), -0.5, 0.7}},
-      {"sliced 3-d [2, 3, 4]", {away_from_bounds({2, 3, 8}, 63, dev, dt).slice(2, 1, 8, 2), -0.5, 0.7}},
+      {"sliced 3-d [2, 3, 4]",
+       {away_from_bounds({2, 3, 8}, 63, dev, dt).slice(2, 1, 8, 2), -0.5, 0.7}},
       {"0-d", {away_from_bounds({}, 64, dev, dt), -0.5, 0.7}},
   };
 }
@@ -69,8 +72,7 @@ std::vector<std::pair<std::string, ClampCountArgs>> clamp_count_samples(c10::Dev
 }  // namespace
 
 Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
-  static Op<ClampCountArgs, ClampCountResult>& op =
-      []() -> Op<ClampCountArgs, ClampCountResult>& {
+  static Op<ClampCountArgs, ClampCountResult>& op = []() -> Op<ClampCountArgs, ClampCountResult>& {
     auto& o = define<ClampCountArgs, ClampCountResult>(
         "customop::clamp_count(Tensor input, float min, float max) -> "
         "(Tensor output, int clamped)");

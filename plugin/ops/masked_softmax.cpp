@@ -1,7 +1,7 @@
 // customop::masked_softmax: schema, checks, backward formula, samples, registration.
 
-#include "detail/checks.h"
 #include "detail/masked_softmax.h"
+#include "detail/checks.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -58,8 +58,8 @@ MaskedSoftmaxGrads masked_softmax_backward(const MaskedSoftmaxSaved& s, const at
   return {grad_input.to(dtype), std::nullopt};
 }
 
-std::vector<std::pair<std::string, MaskedSoftmaxArgs>> masked_softmax_samples(
-    c10::Device dev, c10::ScalarType dt) {
+std::vector<std::pair<std::string, MaskedSoftmaxArgs>> masked_softmax_samples(c10::Device dev,
+                                                                              c10::ScalarType dt) {
   using detail::sample_randn;
   const auto bool_opts = at::TensorOptions().device(dev).dtype(at::kBool);
   // Row 2 fully masked; the others keep column 0 at least.

@@ -1,7 +1,7 @@
 // customop::max_along: schema, checks, backward formula, samples, registration.
 
-#include "detail/checks.h"
 #include "detail/max_along.h"
+#include "detail/checks.h"
 #include "detail/samples.h"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,7 +1,7 @@
 // customop::rms_norm: schema, checks, backward formula, samples, registration.
 
-#include "detail/checks.h"
 #include "detail/rms_norm.h"
+#include "detail/checks.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>

@@ -1,8 +1,8 @@
 // customop::weighted_sum: schema, checks, backward formula, samples, registration.
 
+#include "detail/weighted_sum.h"
 #include "detail/checks.h"
 #include "detail/samples.h"
-#include "detail/weighted_sum.h"
 
 #include <ATen/TensorOperators.h>
 
@@ -17,13 +17,13 @@ void check_weighted_sum(const WeightedSumArgs& a, c10::DeviceType device) {
                     "weighted_sum: inputs must hold at least one tensor, but got an empty list");
   const at::Tensor& first = a.inputs[0];
   for (size_t k = 1; k < a.inputs.size(); ++k) {
-    check_same_device("weighted_sum", ("inputs[" + std::to_string(k) + "]").c_str(),
-                      a.inputs[k], "inputs[0]", first);
+    check_same_device("weighted_sum", ("inputs[" + std::to_string(k) + "]").c_str(), a.inputs[k],
+                      "inputs[0]", first);
   }
   check_floating("weighted_sum", "inputs[0]", first, device);
   for (size_t k = 1; k < a.inputs.size(); ++k) {
-    check_same_dtype("weighted_sum", ("inputs[" + std::to_string(k) + "]").c_str(),
-                     a.inputs[k], "inputs[0]", first);
+    check_same_dtype("weighted_sum", ("inputs[" + std::to_string(k) + "]").c_str(), a.inputs[k],
+                     "inputs[0]", first);
   }
   for (size_t k = 1; k < a.inputs.size(); ++k) {
     TORCH_CHECK(a.inputs[k].sizes() == first.sizes(), "weighted_sum: inputs[", k,
@@ -72,7 +72,8 @@ std::vector<std::pair<std::string, WeightedSumArgs>> weighted_sum_samples(c10::D
          sample_randn({5, 12}, 35, dev, dt).slice(1, 0, 12, 2)},
         {1.5, -0.75}}},
       {"one input [7]", {{sample_randn({7}, 36, dev, dt)}, {3.0}}},
-      {"0-d inputs", {{sample_randn({}, 37, dev, dt), sample_randn({}, 38, dev, dt)}, {-2.0, 0.25}}},
+      {"0-d inputs",
+       {{sample_randn({}, 37, dev, dt), sample_randn({}, 38, dev, dt)}, {-2.0, 0.25}}},
   };
 }
 

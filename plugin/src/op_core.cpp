@@ -96,15 +96,18 @@ c10::FunctionSchema parse_or_throw(std::string_view text) {
     TORCH_CHECK_VALUE(ns.find('.') == std::string::npos, qualified, ": the namespace '", ns,
                       "' contains a '.'; namespaces must be plain identifiers");
   }
+  std::string why;
   try {
     return torch::jit::parseSchema(std::string(text), /*allow_typevars=*/false);
   } catch (const c10::Error& e) {
-    TORCH_CHECK_VALUE(false, name_prefix(text), ": the schema does not parse: \"", text,
-                      "\": ", e.what_without_backtrace());
+    why = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    TORCH_CHECK_VALUE(false, name_prefix(text), ": the schema does not parse: \"", text,
-                      "\": ", e.what());
+    why = e.what();
   }
+  // A throw expression (not TORCH_CHECK_VALUE(false, ...)) so that every build type sees that
+  // control never falls off the end.
+  C10_THROW_ERROR(ValueError, c10::str(name_prefix(text), ": the schema does not parse: \"", text,
+                                       "\": ", why));
 }
 
 std::optional<ArgKind> kind_of_type(const c10::TypePtr& type) {
@@ -145,8 +148,8 @@ std::optional<ArgKind> kind_of_type(const c10::TypePtr& type) {
 }
 
 bool is_reserved_namespace(std::string_view ns) {
-  static constexpr std::string_view kReserved[] = {"prim", "prims", "aten", "at", "torch",
-                                                   "pytorch"};
+  static constexpr std::string_view kReserved[] = {"prim", "prims", "aten",
+                                                   "at",   "torch", "pytorch"};
   return std::find(std::begin(kReserved), std::end(kReserved), ns) != std::end(kReserved);
 }
 
@@ -187,12 +190,13 @@ OpCore::OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> 
   name_ = op_name.name;
   auto sep = name_.find("::");
   TORCH_CHECK_VALUE(sep != std::string::npos && sep > 0 && sep + 2 < name_.size(), name_,
-                    ": expected a qualified name \"namespace::name\" in the schema \"",
-                    schema_text, "\"");
+                    ": expected a qualified name \"namespace::name\" in the schema \"", schema_text,
+                    "\"");
   ns_ = name_.substr(0, sep);
   TORCH_CHECK_VALUE(op_name.overload_name.empty(), name_, ".", op_name.overload_name,
                     ": overloads are not supported; give the op its own name instead of the "
-                    "overload name '", op_name.overload_name, "'");
+                    "overload name '",
+                    op_name.overload_name, "'");
   TORCH_CHECK_VALUE(!is_reserved_namespace(ns_), name_, ": the namespace '", ns_,
                     "' is reserved for PyTorch; choose your own namespace");
   for (const auto& a : schema_.arguments()) {
@@ -252,34 +256,32 @@ void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
                        "order");
     }
     TORCH_CHECK_TYPE(*kind == fields[i].kind, name_, ": args struct field ", i,
-                     " (schema argument '", sargs[i].name(), "' of type ",
-                     schema_type_name(*kind), ") must have C++ type ", cpp_type_for(*kind),
-                     ", but the args struct has ", fields[i].cpp_name);
+                     " (schema argument '", sargs[i].name(), "' of type ", schema_type_name(*kind),
+                     ") must have C++ type ", cpp_type_for(*kind), ", but the args struct has ",
+                     fields[i].cpp_name);
     args_.push_back({sargs[i].name(), *kind, std::string(schema_type_name(*kind))});
     if (is_tensor_like(*kind)) ++num_tensor_like_args_;
   }
-  TORCH_CHECK_TYPE(fields.size() == sargs.size(), name_, ": the args struct has ",
-                   fields.size(), " fields but the schema has ", sargs.size(),
-                   " arguments; field ", sargs.size(), " (C++ type ",
-                   fields.size() > sargs.size() ? fields[sargs.size()].cpp_name : "",
+  TORCH_CHECK_TYPE(fields.size() == sargs.size(), name_, ": the args struct has ", fields.size(),
+                   " fields but the schema has ", sargs.size(), " arguments; field ", sargs.size(),
+                   " (C++ type ", fields.size() > sargs.size() ? fields[sargs.size()].cpp_name : "",
                    ") has no schema argument. The args struct needs one field per argument, "
                    "in schema order");
   const auto& srets = schema_.returns();
-  TORCH_CHECK_TYPE(srets.size() == return_kinds.size(), name_, ": the schema has ",
-                   srets.size(), " returns but the C++ return type (Ret) has ",
-                   return_kinds.size(), "; use std::tuple<...> with one element per return");
+  TORCH_CHECK_TYPE(srets.size() == return_kinds.size(), name_, ": the schema has ", srets.size(),
+                   " returns but the C++ return type (Ret) has ", return_kinds.size(),
+                   "; use std::tuple<...> with one element per return");
   for (size_t i = 0; i < srets.size(); ++i) {
     auto kind = kind_of_type(srets[i].real_type());
-    bool ok = kind.has_value() && (*kind == ArgKind::kTensor || *kind == ArgKind::kTensorList ||
-                                   *kind == ArgKind::kInt || *kind == ArgKind::kFloat ||
-                                   *kind == ArgKind::kBool);
+    bool ok = kind.has_value() &&
+              (*kind == ArgKind::kTensor || *kind == ArgKind::kTensorList ||
+               *kind == ArgKind::kInt || *kind == ArgKind::kFloat || *kind == ArgKind::kBool);
     TORCH_CHECK_TYPE(ok, name_, ": return ", i, " has the schema type ",
                      srets[i].real_type()->str(),
                      "; customop ops return Tensor, Tensor[], int, float or bool");
     TORCH_CHECK_TYPE(*kind == return_kinds[i], name_, ": return ", i, " is ",
-                     schema_type_name(*kind), " in the schema, so Ret element ", i,
-                     " must be ", cpp_type_for(*kind), ", but it is ",
-                     cpp_type_for(return_kinds[i]));
+                     schema_type_name(*kind), " in the schema, so Ret element ", i, " must be ",
+                     cpp_type_for(*kind), ", but it is ", cpp_type_for(return_kinds[i]));
     returns_.push_back(*kind);
   }
 }
@@ -300,8 +302,7 @@ struct DeviceKernel final : c10::OperatorKernel {
 // the non-tensor output untraced (a constant for whatever uses it later).
 struct TracerKernel final : c10::OperatorKernel {
   explicit TracerKernel(const OpCore* op) : op_(op) {}
-  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
-                  torch::jit::Stack* stack) {
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     op_->tracer_kernel(h, ks, stack);
   }
   const OpCore* op_;
@@ -309,8 +310,7 @@ struct TracerKernel final : c10::OperatorKernel {
 
 struct AutogradKernel final : c10::OperatorKernel {
   explicit AutogradKernel(OpCore* op) : op_(op) {}
-  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
-                  torch::jit::Stack* stack) {
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     op_->autograd_kernel(h, ks, stack);
   }
   OpCore* op_;
@@ -348,9 +348,8 @@ void OpCore::register_with_dispatcher() {
   });
   if (non_tensor_return) {
     lib->impl(unqualified(name_).c_str(),
-              torch::dispatch(c10::DispatchKey::Tracer,
-                              torch::CppFunction::makeFromBoxedFunctor(
-                                  std::make_unique<TracerKernel>(this))));
+              torch::dispatch(c10::DispatchKey::Tracer, torch::CppFunction::makeFromBoxedFunctor(
+                                                            std::make_unique<TracerKernel>(this))));
   }
   libraries_.push_back(std::move(lib));
   install_autograd_indirection();
@@ -365,7 +364,9 @@ void OpCore::tracer_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
     h.redispatchBoxed(below, stack);
     return;
   }
-  auto state = tracer::getTracingState();
+  // NB: a copy, not a reference: getTracingState() returns a reference to the thread-local
+  // state, which is reset below while the kernel runs untraced.
+  auto state = tracer::getTracingState();  // NOLINT(performance-unnecessary-copy-initialization)
   auto& graph = state->graph;
   torch::jit::Node* node = graph->create(c10::Symbol::fromQualString(name_), /*num_outputs=*/0);
   tracer::recordSourceLocation(node);
@@ -375,7 +376,9 @@ void OpCore::tracer_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
     const char* arg = args_[i].name.c_str();
     switch (args_[i].kind) {
       case ArgKind::kTensor: tracer::addInputs(node, arg, v.toTensor()); break;
-      case ArgKind::kOptionalTensor: tracer::addInputs(node, arg, v.toOptional<at::Tensor>()); break;
+      case ArgKind::kOptionalTensor:
+        tracer::addInputs(node, arg, v.toOptional<at::Tensor>());
+        break;
       case ArgKind::kTensorList: tracer::addInputs(node, arg, v.toTensorVector()); break;
       default: node->addInput(graph->insertConstant(v)); break;
     }
@@ -406,9 +409,9 @@ void OpCore::install_autograd_indirection() {
   if (autograd_indirection_installed_) return;
   auto lib = make_fragment(ns_, loc_);
   lib->impl(unqualified(name_).c_str(),
-            torch::dispatch(c10::DispatchKey::Autograd,
-                            torch::CppFunction::makeFromBoxedFunctor(
-                                std::make_unique<AutogradKernel>(this))));
+            torch::dispatch(
+                c10::DispatchKey::Autograd,
+                torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(this))));
   libraries_.push_back(std::move(lib));
   autograd_indirection_installed_ = true;
 }
@@ -419,8 +422,7 @@ bool OpCore::has_kernel(c10::DeviceType device) const {
   return (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_).load() != nullptr;
 }
 
-void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn,
-                        std::source_location loc) {
+void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc) {
   TORCH_CHECK_VALUE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA, name_,
                     ": impl() takes c10::DeviceType::CPU or c10::DeviceType::CUDA, got ",
                     c10::DeviceTypeName(device), " (at ", format_location(loc), ")");
@@ -433,9 +435,8 @@ void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn,
   const bool is_cuda = device == c10::DeviceType::CUDA;
   if (!device_indirection_installed_[is_cuda]) {
     TORCH_CHECK(!handle_->hasKernelForDispatchKey(dispatch_key_for(device)), name_,
-                ": already has a ", device_name(device),
-                " kernel registered outside customop (", handle_->debug(),
-                "); the impl at ", format_location(loc), " is refused");
+                ": already has a ", device_name(device), " kernel registered outside customop (",
+                handle_->debug(), "); the impl at ", format_location(loc), " is refused");
     auto lib = make_fragment(ns_, loc);
     lib->impl(unqualified(name_).c_str(),
               torch::dispatch(dispatch_key_for(device),
@@ -444,19 +445,34 @@ void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn,
     libraries_.push_back(std::move(lib));
     device_indirection_installed_[is_cuda] = true;
   }
-  kernel_storage_.push_back(std::make_unique<detail::KernelEntry>(
-      detail::KernelEntry{std::move(fn), loc}));
+  kernel_storage_.push_back(
+      std::make_unique<detail::KernelEntry>(detail::KernelEntry{std::move(fn), loc}));
   slot.store(kernel_storage_.back().get());
 }
 
 void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
-  const auto* entry =
-      (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_).load(std::memory_order_acquire);
-  TORCH_CHECK_NOT_IMPLEMENTED(entry != nullptr, name_, ": no ", device_name(device),
-                              " impl registered. Register one with op.impl(c10::DeviceType::",
-                              device_name(device),
-                              ", kernel) (customop/op.h) before calling the op on ",
-                              device_name(device), " tensors");
+  const auto* entry = (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_)
+                          .load(std::memory_order_acquire);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      entry != nullptr, name_, ": no ", device_name(device),
+      " impl registered. Register one with op.impl(c10::DeviceType::", device_name(device),
+      ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
+  // A None passed for a (non-optional) Tensor reaches the kernel as an undefined tensor, whose
+  // first use would throw "tensor does not have a device" without naming the op or argument.
+  const size_t n = args_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = (*stack)[stack->size() - n + i];
+    if (args_[i].kind == ArgKind::kTensor) {
+      TORCH_CHECK_TYPE(v.isTensor() && v.toTensor().defined(), name_, ": argument '", args_[i].name,
+                       "' (Tensor) expected a tensor, got None");
+    } else if (args_[i].kind == ArgKind::kTensorList && v.isTensorList()) {
+      const auto list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        TORCH_CHECK_TYPE(list.get(k).defined(), name_, ": argument '", args_[i].name,
+                         "' (Tensor[]) element ", k, " expected a tensor, got None");
+      }
+    }
+  }
   entry->fn(stack);
 }
 
@@ -467,14 +483,17 @@ void check_no_library_autograd_kernel(const std::string& name, const c10::Operat
                                       const std::source_location& loc) {
   TORCH_CHECK(!h.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd), name,
               ": already has a CompositeImplicitAutograd kernel registered outside customop (",
-              h.debug(), "); its autograd comes from that decomposition, so the backward "
-              "formula at ", format_location(loc), " is refused. Register it for "
+              h.debug(),
+              "); its autograd comes from that decomposition, so the backward "
+              "formula at ",
+              format_location(loc),
+              " is refused. Register it for "
               "CompositeExplicitAutograd or per device instead");
   for (auto key : {c10::DispatchKey::Autograd, c10::DispatchKey::AutogradCPU,
                    c10::DispatchKey::AutogradCUDA}) {
     TORCH_CHECK(!h.hasKernelForDispatchKey(key), name, ": already has an ", key,
-                " kernel registered outside customop (", h.debug(),
-                "); the backward formula at ", format_location(loc),
+                " kernel registered outside customop (", h.debug(), "); the backward formula at ",
+                format_location(loc),
                 " is refused. Remove that registration to use customop's autograd glue");
   }
 }
@@ -543,13 +562,13 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
       if (v.isTensor()) {
         requires_grad = v.toTensor().defined() && v.toTensor().requires_grad();
       } else if (v.isTensorList()) {
-        for (const at::Tensor t : v.toTensorList()) {
+        for (const auto& t : v.toTensorVector()) {
           requires_grad = requires_grad || (t.defined() && t.requires_grad());
         }
       }
       TORCH_CHECK_NOT_IMPLEMENTED(
-          !requires_grad, "Autograd has not been implemented for operator ", name_,
-          " (argument '", schema_.arguments()[i].name(),
+          !requires_grad, "Autograd has not been implemented for operator ", name_, " (argument '",
+          schema_.arguments()[i].name(),
           "' requires grad). Register a formula with impl_save_for_backward and "
           "impl_backward, or call the op under torch::NoGradGuard");
     }
@@ -594,7 +613,8 @@ void OpCore::non_differentiable_outputs(const torch::jit::Stack& outputs,
     }
     if (od[i]) {
       std::string list = "[";
-      for (size_t j = 0; j < od.size(); ++j) list += (j ? ", " : "") + std::string(od[j] ? "True" : "False");
+      for (size_t j = 0; j < od.size(); ++j)
+        list += (j ? ", " : "") + std::string(od[j] ? "True" : "False");
       TORCH_CHECK(false, name_, ": With output_differentiability=", list, "]. At idx ", i,
                   ", we received an object of type ", ivalue_type_name(v),
                   " that is not a Tensor, so it cannot be marked as differentiable in "
@@ -604,8 +624,8 @@ void OpCore::non_differentiable_outputs(const torch::jit::Stack& outputs,
 }
 
 void OpCore::backward_error(const std::string& what) const {
-  TORCH_CHECK(false, "In the backward function defined for ", name_, " at ",
-              backward_location(), " using the CustomOp API, ", what);
+  TORCH_CHECK(false, "In the backward function defined for ", name_, " at ", backward_location(),
+              " using the CustomOp API, ", what);
 }
 
 void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
@@ -644,12 +664,14 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
       if (!g.isList()) {
         backward_error("for input '" + e.name +
                        "' expected the grad_input dict to hold a list of gradients but got "
-                       "object of type " + ivalue_type_name(g) + ".");
+                       "object of type " +
+                       ivalue_type_name(g) + ".");
       }
       const size_t got = g.isTensorList() ? g.toTensorList().size() : g.toListRef().size();
       if (got != static_cast<size_t>(count)) {
-        backward_error("for input '" + e.name + "' expected the grad_input dict to hold a list of " +
-                       std::to_string(count) + " gradients but got " + std::to_string(got));
+        backward_error("for input '" + e.name +
+                       "' expected the grad_input dict to hold a list of " + std::to_string(count) +
+                       " gradients but got " + std::to_string(got));
       }
       if (!g.isTensorList()) {
         const auto& elems = g.toListRef();
@@ -657,8 +679,8 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
           if (!elems[k].isNone() && !elems[k].isTensor()) {
             backward_error("for input '" + e.name +
                            "' expected the grad_input dict to hold a list of None or Tensor "
-                           "gradients but got object of " + ivalue_type_name(elems[k]) +
-                           " at index " + std::to_string(k));
+                           "gradients but got object of " +
+                           ivalue_type_name(elems[k]) + " at index " + std::to_string(k));
           }
         }
       }
@@ -666,9 +688,8 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
     }
     if (g.isNone() || (g.isTensor() && !g.toTensor().defined())) continue;
     if (!g.isTensor()) {
-      backward_error("got object of type " + ivalue_type_name(g) +
-                     " as the gradient for input '" + e.name +
-                     "', but expected the gradient to be either None or a Tensor");
+      backward_error("got object of type " + ivalue_type_name(g) + " as the gradient for input '" +
+                     e.name + "', but expected the gradient to be either None or a Tensor");
     }
     if (count == detail::ArgsInfo::kNone) {
       backward_error("got a Tensor as the gradient for input '" + e.name +

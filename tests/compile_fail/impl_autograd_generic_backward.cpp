@@ -10,5 +10,7 @@ struct Saved {};
 void misuse() {
   auto& op = customop::define<Args>("compile_fail::op(Tensor x) -> Tensor");
   op.impl_autograd([](const Args&, const at::Tensor&) { return Saved{}; },
-                   [](const auto&, const at::Tensor& g) { return customop::Grads{{"x", g}}; });
+                   [](const auto&, const at::Tensor& g) {
+                     return customop::Grads{{"x", g}};
+                   });
 }

@@ -11,5 +11,7 @@ struct OtherSaved {};
 void misuse() {
   auto& op = customop::define<Args>("compile_fail::op(Tensor x) -> Tensor");
   op.impl_autograd([](const Args&, const at::Tensor&) { return Saved{}; },
-                   [](const OtherSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}}; });
+                   [](const OtherSaved&, const at::Tensor& g) {
+                     return customop::Grads{{"x", g}};
+                   });
 }

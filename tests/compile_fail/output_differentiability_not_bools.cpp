@@ -9,6 +9,9 @@ struct Saved {};
 
 void misuse() {
   auto& op = customop::define<Args>("compile_fail::op(Tensor x) -> Tensor");
-  op.impl_backward([](const Saved&, const at::Tensor& g) { return customop::Grads{{"x", g}}; },
-                   std::vector<int>{1});
+  op.impl_backward(
+      [](const Saved&, const at::Tensor& g) {
+        return customop::Grads{{"x", g}};
+      },
+      std::vector<int>{1});
 }

@@ -30,7 +30,8 @@ void correct_use() {
         return TypedGrads{g, {}, std::nullopt};
       },
       {true, false});
-  op.samples([](c10::Device, c10::ScalarType) { return std::vector<std::pair<std::string, Args>>{}; });
+  op.samples(
+      [](c10::Device, c10::ScalarType) { return std::vector<std::pair<std::string, Args>>{}; });
 
   struct XArgs {
     at::Tensor x;
@@ -38,12 +39,17 @@ void correct_use() {
   struct NoSaved {};
   auto& op2 = customop::define<XArgs, "compile_fail::ok2(Tensor x) -> Tensor">();
   op2.impl_autograd([](const XArgs&, const at::Tensor&) { return NoSaved{}; },
-                    [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}}; },
+                    [](const NoSaved&, const at::Tensor& g) {
+                      return customop::Grads{{"x", g}};
+                    },
                     std::vector<bool>{true});
-  auto& op3 = customop::define<XArgs, std::vector<at::Tensor>>("compile_fail::ok3(Tensor x) -> Tensor[]");
-  op3.impl_save_for_backward([](const XArgs&, const std::vector<at::Tensor>&) { return NoSaved{}; });
+  auto& op3 =
+      customop::define<XArgs, std::vector<at::Tensor>>("compile_fail::ok3(Tensor x) -> Tensor[]");
+  op3.impl_save_for_backward(
+      [](const XArgs&, const std::vector<at::Tensor>&) { return NoSaved{}; });
   op3.impl_backward([](const NoSaved&, const std::vector<at::Tensor>& g) { return c10::IValue(); });
-  auto& op4 = customop::define<XArgs, std::tuple<at::Tensor, int64_t>>("compile_fail::ok4(Tensor x) -> (Tensor, int)");
+  auto& op4 = customop::define<XArgs, std::tuple<at::Tensor, int64_t>>(
+      "compile_fail::ok4(Tensor x) -> (Tensor, int)");
   op4.impl_backward([](const NoSaved&, const at::Tensor& g, customop::NoGrad) {
     return customop::Grads{{"x", g}};
   });

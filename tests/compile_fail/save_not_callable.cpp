@@ -1,5 +1,6 @@
 // save_for_backward that does not take (inputs, output).
-// expect-error: [customop] save_for_backward must be callable as fn(const Args& inputs, const Ret& output)
+// expect-error: [customop] save_for_backward must be callable as fn(const Args& inputs, const Ret&
+// output)
 #include <customop/customop.h>
 
 struct Args {

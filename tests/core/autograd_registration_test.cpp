@@ -1,5 +1,8 @@
 // SCENARIOS C (A1-A6) and F (N1-N4): registering a backward formula in two parts, and what
 // an op without one does when a gradient could be asked for.
+// NB: "clang-format off" regions keep a registration and its __LINE__ on one line: the
+// tests compare the file:line that error messages report.
+
 #include "support/error_message.h"
 
 #include <customop/customop.h>
@@ -37,7 +40,9 @@ TEST(AutogradRegistration, A1BackwardWithoutSaveForBackwardFailsAtForward) {
   auto& op = customop::define<XArgs>("core_autograd::a1_backward_only(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, triple_cpu);
   int line = 0;
+  // clang-format off
   ASSERT_NO_THROW({ op.impl_backward(triple_backward); line = __LINE__; });
+  // clang-format on
   EXPECT_FALSE(op.has_autograd());
   const auto msg = error_message([&] { op(XArgs{leaf()}); });
   EXPECT_THAT(msg, AllOf(HasSubstr("We found a 'backward' registration for "
@@ -60,23 +65,31 @@ TEST(AutogradRegistration, A1SaveForBackwardWithoutBackwardFailsAtForward) {
   auto& op = customop::define<XArgs>("core_autograd::a1_save_only(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, triple_cpu);
   int line = 0;
+  // clang-format off
   ASSERT_NO_THROW({ op.impl_save_for_backward(save_nothing); line = __LINE__; });
+  // clang-format on
   const auto msg = error_message([&] { op(XArgs{leaf()}); });
   EXPECT_THAT(msg, HasSubstr("We found a 'save_for_backward' registration for "
-                             "core_autograd::a1_save_only at " + CUSTOMOP_TEST_LOCATION(line) +
+                             "core_autograd::a1_save_only at " +
+                             CUSTOMOP_TEST_LOCATION(line) +
                              " but were unable to find a 'backward' registration"));
 }
 
 TEST(AutogradRegistration, EachHalfOnlyOnce) {
   auto& op = customop::define<XArgs>("core_autograd::twice(Tensor x) -> Tensor");
+  // clang-format off
   op.impl_save_for_backward(save_nothing); const int save_line = __LINE__;
+  // clang-format on
+  // clang-format off
   op.impl_backward(triple_backward); const int backward_line = __LINE__;
+  // clang-format on
   EXPECT_THAT(error_message([&] { op.impl_save_for_backward(save_nothing); }),
               AllOf(HasSubstr("core_autograd::twice: save_for_backward is already registered at " +
                               CUSTOMOP_TEST_LOCATION(save_line)),
                     HasSubstr("is refused")));
-  EXPECT_THAT(error_message([&] { op.impl_backward(triple_backward); }),
-              HasSubstr("backward is already registered at " + CUSTOMOP_TEST_LOCATION(backward_line)));
+  EXPECT_THAT(
+      error_message([&] { op.impl_backward(triple_backward); }),
+      HasSubstr("backward is already registered at " + CUSTOMOP_TEST_LOCATION(backward_line)));
 }
 
 TEST(AutogradRegistration, SavedStateTypesMustAgree) {
@@ -86,11 +99,13 @@ TEST(AutogradRegistration, SavedStateTypesMustAgree) {
   auto& op = customop::define<XArgs>("core_autograd::saved_mismatch(Tensor x) -> Tensor");
   op.impl_save_for_backward(save_nothing);
   const auto msg = error_message<c10::TypeError>([&] {
-    op.impl_backward([](const OtherSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}}; });
+    op.impl_backward([](const OtherSaved&, const at::Tensor& g) {
+      return customop::Grads{{"x", g}};
+    });
   });
-  EXPECT_THAT(msg, AllOf(HasSubstr("core_autograd::saved_mismatch: backward at "),
-                         HasSubstr("OtherSaved"), HasSubstr("but save_for_backward uses"),
-                         HasSubstr("XSaved")));
+  EXPECT_THAT(
+      msg, AllOf(HasSubstr("core_autograd::saved_mismatch: backward at "), HasSubstr("OtherSaved"),
+                 HasSubstr("but save_for_backward uses"), HasSubstr("XSaved")));
   EXPECT_FALSE(op.has_autograd());
 }
 
@@ -103,8 +118,11 @@ TEST(AutogradRegistration, RefusedBackwardLeavesNoTrace) {
   auto& op = customop::define<XArgs>("core_autograd::refused_backward(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, triple_cpu);
   EXPECT_THAT(error_message<c10::ValueError>([&] {
-                op.impl_backward([](const OtherSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}}; },
-                                 {true, false});
+                op.impl_backward(
+                    [](const OtherSaved&, const at::Tensor& g) {
+                      return customop::Grads{{"x", g}};
+                    },
+                    {true, false});
               }),
               HasSubstr("output_differentiability has 2 entries but the op has 1 returns"));
   EXPECT_FALSE(op.has_autograd());
@@ -174,7 +192,9 @@ TORCH_LIBRARY_FRAGMENT(core_autograd, m) {
 TORCH_LIBRARY_IMPL(core_autograd, Autograd, m) { m.impl("a4_autograd", lib_identity); }
 TORCH_LIBRARY_IMPL(core_autograd, AutogradCPU, m) { m.impl("a4_autograd_cpu", lib_identity); }
 TORCH_LIBRARY_IMPL(core_autograd, AutogradCUDA, m) { m.impl("a4_autograd_cuda", lib_identity); }
-TORCH_LIBRARY_IMPL(core_autograd, CompositeImplicitAutograd, m) { m.impl("a4_composite", lib_identity); }
+TORCH_LIBRARY_IMPL(core_autograd, CompositeImplicitAutograd, m) {
+  m.impl("a4_composite", lib_identity);
+}
 TORCH_LIBRARY_IMPL(core_autograd, CPU, m) { m.impl("a4_plain_cpu", lib_identity); }
 
 TEST(AutogradRegistration, A4LibraryAutogradKernelRefusedNamingTheKey) {
@@ -188,7 +208,9 @@ TEST(AutogradRegistration, A4LibraryAutogradKernelRefusedNamingTheKey) {
     auto* op = static_cast<customop::Op<XArgs>*>(nullptr);
     ASSERT_NO_THROW(op = &customop::wrap<XArgs>(name)) << name;
     int line = 0;
+    // clang-format off
     const auto msg = error_message([&] { line = __LINE__; op->impl_backward(triple_backward); });
+    // clang-format on
     EXPECT_THAT(msg, AllOf(HasSubstr(std::string(name) + ": already has " + key +
                                      " registered outside customop"),
                            HasSubstr("the backward formula at " + CUSTOMOP_TEST_LOCATION(line))))
@@ -230,9 +252,12 @@ TEST(AutogradRegistration, WrapUnknownOpAndWrapTwice) {
   struct WrongArgs {
     double x;
   };
-  EXPECT_THAT(error_message<c10::TypeError>([] { customop::wrap<WrongArgs>("core_autograd::a4_composite"); }),
+  EXPECT_THAT(error_message<c10::TypeError>(
+                  [] { customop::wrap<WrongArgs>("core_autograd::a4_composite"); }),
               HasSubstr("args struct field 0 (schema argument 'x' of type Tensor)"));
+  // clang-format off
   customop::wrap<XArgs>("core_autograd::a4_wrap_twice"); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(error_message([] { customop::wrap<XArgs>("core_autograd::a4_wrap_twice"); }),
               AllOf(HasSubstr("core_autograd::a4_wrap_twice: defined multiple times"),
                     HasSubstr("the first definition is at " + CUSTOMOP_TEST_LOCATION(line))));
@@ -275,7 +300,7 @@ struct XYArgs {
 };
 
 customop::Op<XYArgs>& no_formula_op() {
-  static auto& op = [] () -> customop::Op<XYArgs>& {
+  static auto& op = []() -> customop::Op<XYArgs>& {
     auto& o = customop::define<XYArgs>("core_autograd::n_add(Tensor x, Tensor y) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const XYArgs& a) { return a.x + a.y; });
     return o;
@@ -285,8 +310,9 @@ customop::Op<XYArgs>& no_formula_op() {
 
 TEST(NotImplemented, N1InputRequiresGradFailsAtForward) {
   auto& op = no_formula_op();
-  const auto msg = error_message<c10::NotImplementedError>(
-      [&] { op(XYArgs{leaf(), at::ones({3}, at::kDouble)}); });
+  const auto msg = error_message<c10::NotImplementedError>([&] {
+    op(XYArgs{leaf(), at::ones({3}, at::kDouble)});
+  });
   EXPECT_THAT(msg, AllOf(HasSubstr("Autograd has not been implemented for operator "
                                    "core_autograd::n_add"),
                          HasSubstr("argument 'x' requires grad")));
@@ -301,8 +327,9 @@ TEST(NotImplemented, N1NothingRequiresGradRuns) {
 
 TEST(NotImplemented, N3OnlySecondArgumentRequiresGrad) {
   auto& op = no_formula_op();
-  const auto msg = error_message<c10::NotImplementedError>(
-      [&] { op(XYArgs{at::ones({3}, at::kDouble), leaf()}); });
+  const auto msg = error_message<c10::NotImplementedError>([&] {
+    op(XYArgs{at::ones({3}, at::kDouble), leaf()});
+  });
   EXPECT_THAT(msg, AllOf(HasSubstr("Autograd has not been implemented for operator "
                                    "core_autograd::n_add"),
                          HasSubstr("argument 'y' requires grad")));
@@ -316,9 +343,13 @@ TEST(NotImplemented, N3TensorListAndOptionalArguments) {
   auto& op = customop::define<Args>("core_autograd::n_list(Tensor[] xs, Tensor? bias) -> Tensor");
   op.impl(c10::DeviceType::CPU, [](const Args& a) { return at::stack(a.xs).sum(0); });
   const auto plain = at::ones({2}, at::kDouble);
-  EXPECT_THAT(error_message<c10::NotImplementedError>([&] { op(Args{{plain, plain, leaf(2)}, std::nullopt}); }),
+  EXPECT_THAT(error_message<c10::NotImplementedError>([&] {
+                op(Args{{plain, plain, leaf(2)}, std::nullopt});
+              }),
               HasSubstr("argument 'xs' requires grad"));
-  EXPECT_THAT(error_message<c10::NotImplementedError>([&] { op(Args{{plain}, leaf(2)}); }),
+  EXPECT_THAT(error_message<c10::NotImplementedError>([&] {
+                op(Args{{plain}, leaf(2)});
+              }),
               HasSubstr("argument 'bias' requires grad"));
   EXPECT_NO_THROW(op(Args{{plain, plain}, plain}));
 }

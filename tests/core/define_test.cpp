@@ -16,7 +16,8 @@ struct ScaleSaved {
 TEST(Define, ScaleForwardBackward) {
   auto& op = customop::define<ScaleArgs>("smoke::scale(Tensor x, float alpha) -> Tensor");
   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
-  op.impl_save_for_backward([](const ScaleArgs& in, const at::Tensor&) { return ScaleSaved{in.alpha}; });
+  op.impl_save_for_backward(
+      [](const ScaleArgs& in, const at::Tensor&) { return ScaleSaved{in.alpha}; });
   op.impl_backward([](const ScaleSaved& s, const at::Tensor& grad) {
     return customop::Grads{{"x", grad * s.alpha}};
   });
@@ -41,14 +42,18 @@ struct StaticArgs {
 };
 
 TEST(StaticSchema, DeducesRetAndRegisters) {
-  auto& op = customop::define<StaticArgs, "smoke::static_op(Tensor x, Tensor? mask, int dim=1, "
-                                          "*, float eps=1e-6, Tensor[] xs) -> (Tensor, int)">();
-  static_assert(std::is_same_v<std::decay_t<decltype(op)>::ReturnType,
-                               std::tuple<at::Tensor, int64_t>>);
+  auto& op = customop::define<StaticArgs,
+                              "smoke::static_op(Tensor x, Tensor? mask, int dim=1, "
+                              "*, float eps=1e-6, Tensor[] xs) -> (Tensor, int)">();
+  static_assert(
+      std::is_same_v<std::decay_t<decltype(op)>::ReturnType, std::tuple<at::Tensor, int64_t>>);
   op.impl(c10::DeviceType::CPU, [](const StaticArgs& a) {
     return std::tuple<at::Tensor, int64_t>{a.x + a.eps, a.dim + static_cast<int64_t>(a.xs.size())};
   });
-  auto [y, n] = op(StaticArgs{.x = torch::zeros({2}), .mask = std::nullopt, .dim = 3, .eps = 0.5,
+  auto [y, n] = op(StaticArgs{.x = torch::zeros({2}),
+                              .mask = std::nullopt,
+                              .dim = 3,
+                              .eps = 0.5,
                               .xs = {torch::ones({1}), torch::ones({1})}});
   EXPECT_EQ(n, 5);
   EXPECT_TRUE(torch::equal(y, torch::full({2}, 0.5)));

@@ -1,5 +1,8 @@
 // SCENARIOS B (I1-I4): kernels per device and how calls reach them: op(args), the
 // dispatcher's typed call, and a boxed call.
+// NB: "clang-format off" regions keep a registration and its __LINE__ on one line: the
+// tests compare the file:line that error messages report.
+
 #include "support/error_message.h"
 
 #include <customop/customop.h>
@@ -26,7 +29,8 @@ struct ScaleSaved {
 
 TEST(Dispatch, I1CpuImplRuns) {
   static std::atomic<int> calls{0};
-  auto& op = customop::define<ScaleArgs>("core_dispatch::i1_scale(Tensor x, float alpha) -> Tensor");
+  auto& op =
+      customop::define<ScaleArgs>("core_dispatch::i1_scale(Tensor x, float alpha) -> Tensor");
   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) {
     ++calls;
     return a.x * a.alpha;
@@ -42,8 +46,9 @@ TEST(Dispatch, I1CpuImplRuns) {
 // still registers the CUDA impl and checks the CPU calls never reach it.
 struct I2Op {
   static customop::Op<ScaleArgs>& get() {
-    static auto& op = [] () -> customop::Op<ScaleArgs>& {
-      auto& o = customop::define<ScaleArgs>("core_dispatch::i2_two_devices(Tensor x, float alpha) -> Tensor");
+    static auto& op = []() -> customop::Op<ScaleArgs>& {
+      auto& o = customop::define<ScaleArgs>(
+          "core_dispatch::i2_two_devices(Tensor x, float alpha) -> Tensor");
       o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) {
         EXPECT_TRUE(a.x.is_cpu());
         return a.x * a.alpha;
@@ -52,8 +57,11 @@ struct I2Op {
         EXPECT_TRUE(a.x.is_cuda());
         return a.x * a.alpha + 100;
       });
-      o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
-      o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) { return customop::Grads{{"x", g * s.alpha}}; });
+      o.impl_save_for_backward(
+          [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+      o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) {
+        return customop::Grads{{"x", g * s.alpha}};
+      });
       return o;
     }();
     return op;
@@ -70,7 +78,8 @@ TEST(Dispatch, I2CpuCallsRunTheCpuImpl) {
 TEST(DispatchCuda, I2CudaCallsRunTheCudaImpl) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU";
   auto& op = I2Op::get();
-  const auto x = at::arange(3, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA)).requires_grad_();
+  const auto x =
+      at::arange(3, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA)).requires_grad_();
   const auto y = op(ScaleArgs{x, 2.0});
   EXPECT_TRUE(y.is_cuda());
   EXPECT_TRUE(at::equal(y.detach().cpu(), at::arange(3, at::kDouble) * 2 + 100));
@@ -79,7 +88,8 @@ TEST(DispatchCuda, I2CudaCallsRunTheCudaImpl) {
 }
 
 TEST(Dispatch, I3NoImplErrorNamesTheOpAndHowToRegister) {
-  auto& op = customop::define<ScaleArgs>("core_dispatch::i3_no_impl(Tensor x, float alpha) -> Tensor");
+  auto& op =
+      customop::define<ScaleArgs>("core_dispatch::i3_no_impl(Tensor x, float alpha) -> Tensor");
   EXPECT_FALSE(op.has_kernel(c10::DeviceType::CPU));
   const auto x = at::ones({2});
   const auto msg = error_message<c10::NotImplementedError>([&] { op(ScaleArgs{x, 1.0}); });
@@ -91,20 +101,29 @@ TEST(Dispatch, I3NoImplErrorNamesTheOpAndHowToRegister) {
 }
 
 TEST(Dispatch, I3NoImplAlsoThroughAutograd) {
-  auto& op = customop::define<ScaleArgs>("core_dispatch::i3_no_impl_grad(Tensor x, float alpha) -> Tensor");
-  op.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
-  op.impl_backward([](const ScaleSaved& s, const at::Tensor& g) { return customop::Grads{{"x", g * s.alpha}}; });
+  auto& op = customop::define<ScaleArgs>(
+      "core_dispatch::i3_no_impl_grad(Tensor x, float alpha) -> Tensor");
+  op.impl_save_for_backward(
+      [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+  op.impl_backward([](const ScaleSaved& s, const at::Tensor& g) {
+    return customop::Grads{{"x", g * s.alpha}};
+  });
   const auto x = at::ones({2}).requires_grad_();
   const auto msg = error_message<c10::NotImplementedError>([&] { op(ScaleArgs{x, 1.0}); });
   EXPECT_THAT(msg, HasSubstr("core_dispatch::i3_no_impl_grad: no CPU impl registered"));
 }
 
 TEST(Dispatch, I4SecondImplForTheSameDeviceRefused) {
-  auto& op = customop::define<ScaleArgs>("core_dispatch::i4_twice(Tensor x, float alpha) -> Tensor");
+  auto& op =
+      customop::define<ScaleArgs>("core_dispatch::i4_twice(Tensor x, float alpha) -> Tensor");
+  // clang-format off
   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; }); const int first_line = __LINE__;
+  // clang-format on
   int second_line = 0;
   const auto msg = error_message([&] {
+    // clang-format off
     second_line = __LINE__; op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x; });
+    // clang-format on
   });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_dispatch::i4_twice: a CPU impl is already registered at " +
                                    CUSTOMOP_TEST_LOCATION(first_line)),
@@ -114,12 +133,14 @@ TEST(Dispatch, I4SecondImplForTheSameDeviceRefused) {
   EXPECT_TRUE(at::equal(op(ScaleArgs{x, 5.0}), x * 5));
   // Another device is still free.
   EXPECT_NO_THROW(op.impl(c10::DeviceType::CUDA, [](const ScaleArgs& a) { return a.x; }));
-  const auto cuda_msg = error_message([&] { op.impl(c10::DeviceType::CUDA, [](const ScaleArgs& a) { return a.x; }); });
+  const auto cuda_msg = error_message(
+      [&] { op.impl(c10::DeviceType::CUDA, [](const ScaleArgs& a) { return a.x; }); });
   EXPECT_THAT(cuda_msg, HasSubstr("a CUDA impl is already registered"));
 }
 
 TEST(Dispatch, ImplForAnotherDeviceTypeRefused) {
-  auto& op = customop::define<ScaleArgs>("core_dispatch::meta_impl(Tensor x, float alpha) -> Tensor");
+  auto& op =
+      customop::define<ScaleArgs>("core_dispatch::meta_impl(Tensor x, float alpha) -> Tensor");
   const auto msg = error_message<c10::ValueError>(
       [&] { op.impl(c10::DeviceType::Meta, [](const ScaleArgs& a) { return a.x; }); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_dispatch::meta_impl: impl() takes c10::DeviceType::CPU "
@@ -130,11 +151,14 @@ TEST(Dispatch, ImplForAnotherDeviceTypeRefused) {
 // ---- the three ways to call an op --------------------------------------------------------
 
 customop::Op<ScaleArgs>& call_paths_op() {
-  static auto& op = [] () -> customop::Op<ScaleArgs>& {
+  static auto& op = []() -> customop::Op<ScaleArgs>& {
     auto& o = customop::define<ScaleArgs>("core_dispatch::calls(Tensor x, float alpha) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
-    o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
-    o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) { return customop::Grads{{"x", g * s.alpha}}; });
+    o.impl_save_for_backward(
+        [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+    o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) {
+      return customop::Grads{{"x", g * s.alpha}};
+    });
     return o;
   }();
   return op;
@@ -190,3 +214,29 @@ TEST(Dispatch, RegistryListsDefinedOps) {
 }
 
 }  // namespace
+
+// ---- None for a Tensor argument ------------------------------------------------------------
+
+struct NoneArgs {
+  at::Tensor x;
+  at::Tensor y;
+  std::vector<at::Tensor> zs;
+};
+
+TEST(Dispatch, NoneForATensorNamesTheOpAndArgument) {
+  auto& op = customop::define<NoneArgs>(
+      "core_dispatch::none_arg(Tensor x, Tensor y, Tensor[] zs) -> Tensor");
+  op.impl(c10::DeviceType::CPU, [](const NoneArgs& a) { return a.x + a.y; });
+  const auto x = at::ones({2}, at::kDouble);
+  // What Python's torch.ops.core_dispatch.none_arg(x, None, [x]) puts on the stack.
+  torch::jit::Stack stack{x, at::Tensor(), c10::List<at::Tensor>({x})};
+  EXPECT_EQ(error_message<c10::TypeError>([&] { op.handle().callBoxed(stack); }),
+            "core_dispatch::none_arg: argument 'y' (Tensor) expected a tensor, got None");
+  stack = {x, x, c10::List<at::Tensor>({x, at::Tensor()})};
+  EXPECT_EQ(error_message<c10::TypeError>([&] { op.handle().callBoxed(stack); }),
+            "core_dispatch::none_arg: argument 'zs' (Tensor[]) element 1 expected a tensor, got "
+            "None");
+  stack = {x, x, c10::List<at::Tensor>({x})};
+  op.handle().callBoxed(stack);
+  EXPECT_TRUE(at::equal(stack[0].toTensor(), x * 2));
+}

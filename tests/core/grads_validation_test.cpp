@@ -5,6 +5,9 @@
 //
 // NB: the `mutation` test runs the GradsKeys suite against a core built with
 // CUSTOMOP_SABOTAGE_GRADS_KEYS (no key-set check) and expects it to fail.
+// NB: "clang-format off" regions keep a registration and its __LINE__ on one line: the
+// tests compare the file:line that error messages report.
+
 #include "support/error_message.h"
 
 #include <customop/customop.h>
@@ -44,8 +47,9 @@ at::Tensor leaf(int64_t n = 3) { return at::arange(n, at::kDouble).requires_grad
 // Defines `schema` with a CPU kernel, an empty save_for_backward and `backward`, registered
 // at the caller's line.
 template <class Args, class K, class B>
-customop::Op<Args>& define_with_backward(const char* schema, K kernel, B backward,
-                                         std::source_location loc = std::source_location::current()) {
+customop::Op<Args>& define_with_backward(
+    const char* schema, K kernel, B backward,
+    std::source_location loc = std::source_location::current()) {
   auto& op = customop::define<Args>(schema);
   op.impl(c10::DeviceType::CPU, kernel);
   op.impl_save_for_backward([](const Args&, const at::Tensor&) { return NoSaved{}; });
@@ -75,7 +79,9 @@ std::string backward_error(customop::Op<Args>& op, const Args& args) {
 // ---- keys (G2, G3) -------------------------------------------------------------------------
 
 TEST(GradsKeys, G2UnknownKeyListsExpectedAndReceived) {
+  // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g2_unknown(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"y", g}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XArgs{leaf()}),
               AllOf(HasSubstr(prefix("core_grads::g2_unknown", line) +
                               "expected the returned grad_input dict to have keys {'x'} but got "
@@ -90,7 +96,9 @@ TEST(GradsKeys, G2UnknownKeyThroughIValueDict) {
     d.insert("y", g);
     return c10::IValue(d);
   };
+  // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g2_unknown_dict(Tensor x) -> Tensor", double_x, backward); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XArgs{leaf()}),
               HasSubstr(prefix("core_grads::g2_unknown_dict", line) +
                         "expected the returned grad_input dict to have keys {'x'} but got "
@@ -98,7 +106,9 @@ TEST(GradsKeys, G2UnknownKeyThroughIValueDict) {
 }
 
 TEST(GradsKeys, G3NonTensorArgKeyRefusedEvenIfNone) {
+  // clang-format off
   auto& op = define_with_backward<XDimArgs>("core_grads::g3_none(Tensor x, int dim) -> Tensor", double_x_dim, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g * 2}, {"dim", std::nullopt}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XDimArgs{leaf(), 0}),
               AllOf(HasSubstr(prefix("core_grads::g3_none", line) +
                               "expected the returned grad_input dict to have keys {'x'} but got "
@@ -107,19 +117,29 @@ TEST(GradsKeys, G3NonTensorArgKeyRefusedEvenIfNone) {
 }
 
 TEST(GradsKeys, G3NonTensorArgKeyRefusedWithATensor) {
-  auto& op = define_with_backward<XDimArgs>("core_grads::g3_tensor(Tensor x, int dim) -> Tensor", double_x_dim, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g * 2}, {"dim", g}}; });
+  auto& op = define_with_backward<XDimArgs>("core_grads::g3_tensor(Tensor x, int dim) -> Tensor",
+                                            double_x_dim, [](const NoSaved&, const at::Tensor& g) {
+                                              return customop::Grads{{"x", g * 2}, {"dim", g}};
+                                            });
   EXPECT_THAT(backward_error(op, XDimArgs{leaf(), 0}),
               HasSubstr("to have keys {'x'} but got {'dim', 'x'}"));
 }
 
 TEST(GradsKeys, MissingKeyRefused) {
-  auto& op = define_with_backward<XBiasArgs>("core_grads::missing(Tensor x, Tensor? bias) -> Tensor", x_plus_bias, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}}; });
+  auto& op =
+      define_with_backward<XBiasArgs>("core_grads::missing(Tensor x, Tensor? bias) -> Tensor",
+                                      x_plus_bias, [](const NoSaved&, const at::Tensor& g) {
+                                        return customop::Grads{{"x", g}};
+                                      });
   EXPECT_THAT(backward_error(op, XBiasArgs{leaf(), std::nullopt}),
               HasSubstr("to have keys {'bias', 'x'} but got {'x'}"));
 }
 
 TEST(GradsKeys, DuplicateKeyRefused) {
-  auto& op = define_with_backward<XArgs>("core_grads::duplicate(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}, {"x", g * 2}}; });
+  auto& op = define_with_backward<XArgs>("core_grads::duplicate(Tensor x) -> Tensor", double_x,
+                                         [](const NoSaved&, const at::Tensor& g) {
+                                           return customop::Grads{{"x", g}, {"x", g * 2}};
+                                         });
   EXPECT_THAT(backward_error(op, XArgs{leaf()}),
               HasSubstr("the returned grads hold input 'x' twice"));
 }
@@ -127,39 +147,50 @@ TEST(GradsKeys, DuplicateKeyRefused) {
 // ---- values (G1, G6, G7, G9, None-optional) ---------------------------------------------
 
 TEST(GradsValues, G1NotAMapping) {
+  // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g1_int(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor&) { return c10::IValue(int64_t{3}); }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XArgs{leaf()}),
               HasSubstr(prefix("core_grads::g1_int", line) +
                         "expected the output of the backward function to be a dict but got int"));
-  auto& op2 = define_with_backward<XArgs>("core_grads::g1_tensor(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) { return c10::IValue(g); });
-  EXPECT_THAT(backward_error(op2, XArgs{leaf()}),
-              HasSubstr("expected the output of the backward function to be a dict but got Tensor"));
-  auto& op3 = define_with_backward<XArgs>("core_grads::g1_list(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) { return c10::IValue(std::vector<at::Tensor>{g}); });
-  EXPECT_THAT(backward_error(op3, XArgs{leaf()}),
-              HasSubstr("to be a dict but got List[Tensor]"));
+  auto& op2 = define_with_backward<XArgs>(
+      "core_grads::g1_tensor(Tensor x) -> Tensor", double_x,
+      [](const NoSaved&, const at::Tensor& g) { return c10::IValue(g); });
+  EXPECT_THAT(
+      backward_error(op2, XArgs{leaf()}),
+      HasSubstr("expected the output of the backward function to be a dict but got Tensor"));
+  auto& op3 = define_with_backward<XArgs>(
+      "core_grads::g1_list(Tensor x) -> Tensor", double_x,
+      [](const NoSaved&, const at::Tensor& g) { return c10::IValue(std::vector<at::Tensor>{g}); });
+  EXPECT_THAT(backward_error(op3, XArgs{leaf()}), HasSubstr("to be a dict but got List[Tensor]"));
 }
 
 TEST(GradsValues, DictWithNonStringKeys) {
-  auto& op = define_with_backward<XArgs>("core_grads::int_keys(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) {
-    c10::Dict<int64_t, at::Tensor> d;
-    d.insert(0, g);
-    return c10::IValue(d);
-  });
+  auto& op = define_with_backward<XArgs>("core_grads::int_keys(Tensor x) -> Tensor", double_x,
+                                         [](const NoSaved&, const at::Tensor& g) {
+                                           c10::Dict<int64_t, at::Tensor> d;
+                                           d.insert(0, g);
+                                           return c10::IValue(d);
+                                         });
   EXPECT_THAT(backward_error(op, XArgs{leaf()}),
               HasSubstr("expected the grad_input dict to have str keys but got a key of type int"));
 }
 
 TEST(GradsValues, G6GradThatIsNotATensor) {
+  // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g6_int(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor&) { return customop::Grads{{"x", int64_t{1}}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XArgs{leaf()}),
               HasSubstr(prefix("core_grads::g6_int", line) +
                         "got object of type int as the gradient for input 'x', but expected the "
                         "gradient to be either None or a Tensor"));
-  auto& op2 = define_with_backward<XArgs>("core_grads::g6_str_dict(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor&) {
-    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
-    d.insert("x", c10::IValue(std::string("grad")));
-    return c10::IValue(d);
-  });
+  auto& op2 = define_with_backward<XArgs>("core_grads::g6_str_dict(Tensor x) -> Tensor", double_x,
+                                          [](const NoSaved&, const at::Tensor&) {
+                                            c10::impl::GenericDict d(c10::StringType::get(),
+                                                                     c10::AnyType::get());
+                                            d.insert("x", c10::IValue(std::string("grad")));
+                                            return c10::IValue(d);
+                                          });
   EXPECT_THAT(backward_error(op2, XArgs{leaf()}),
               HasSubstr("got object of type str as the gradient for input 'x'"));
 }
@@ -167,7 +198,9 @@ TEST(GradsValues, G6GradThatIsNotATensor) {
 std::vector<at::Tensor> three_leaves() { return {leaf(), leaf(), leaf()}; }
 
 TEST(GradsValues, G7WrongNumberOfListGradsByName) {
+  // clang-format off
   auto& op = define_with_backward<XsArgs>("core_grads::g7_named(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"xs", std::vector<at::Tensor>{g, g}}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XsArgs{three_leaves()}),
               HasSubstr(prefix("core_grads::g7_named", line) +
                         "for input 'xs' expected the grad_input dict to hold a list of 3 "
@@ -178,7 +211,9 @@ TEST(GradsValues, G7WrongNumberOfListGradsTyped) {
   struct XsGrads {
     std::vector<at::Tensor> xs;
   };
+  // clang-format off
   auto& op = define_with_backward<XsArgs>("core_grads::g7_typed(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor& g) { return XsGrads{{g, g}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XsArgs{three_leaves()}),
               HasSubstr(prefix("core_grads::g7_typed", line) +
                         "for input 'xs' expected the grad_input dict to hold a list of 3 "
@@ -186,42 +221,52 @@ TEST(GradsValues, G7WrongNumberOfListGradsTyped) {
 }
 
 TEST(GradsValues, G7WrongNumberOfListGradsThroughIValueDict) {
-  auto& op = define_with_backward<XsArgs>("core_grads::g7_dict(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor& g) {
-    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
-    d.insert("xs", c10::IValue(std::vector<at::Tensor>{g, g, g, g}));
-    return c10::IValue(d);
-  });
+  auto& op = define_with_backward<XsArgs>(
+      "core_grads::g7_dict(Tensor[] xs) -> Tensor", stack_xs,
+      [](const NoSaved&, const at::Tensor& g) {
+        c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+        d.insert("xs", c10::IValue(std::vector<at::Tensor>{g, g, g, g}));
+        return c10::IValue(d);
+      });
   EXPECT_THAT(backward_error(op, XsArgs{three_leaves()}),
               HasSubstr("for input 'xs' expected the grad_input dict to hold a list of 3 "
                         "gradients but got 4"));
 }
 
 TEST(GradsValues, G9NoneForATensorList) {
+  // clang-format off
   auto& op = define_with_backward<XsArgs>("core_grads::g9_none(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor&) { return customop::Grads{{"xs", std::nullopt}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XsArgs{three_leaves()}),
               HasSubstr(prefix("core_grads::g9_none", line) +
                         "for input 'xs' expected the grad_input dict to hold a list of "
                         "gradients but got object of type NoneType."));
-  auto& op2 = define_with_backward<XsArgs>("core_grads::g9_tensor(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"xs", g}}; });
+  auto& op2 = define_with_backward<XsArgs>("core_grads::g9_tensor(Tensor[] xs) -> Tensor", stack_xs,
+                                           [](const NoSaved&, const at::Tensor& g) {
+                                             return customop::Grads{{"xs", g}};
+                                           });
   EXPECT_THAT(backward_error(op2, XsArgs{three_leaves()}),
               HasSubstr("hold a list of gradients but got object of type Tensor."));
 }
 
 TEST(GradsValues, ListElementThatIsNotATensor) {
-  auto& op = define_with_backward<XsArgs>("core_grads::list_elem(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor& g) {
-    c10::impl::GenericList l(c10::AnyType::get());
-    l.push_back(g);
-    l.push_back(c10::IValue());
-    l.push_back(c10::IValue(2.5));
-    return customop::Grads{{"xs", c10::IValue(l)}};
-  });
+  auto& op = define_with_backward<XsArgs>("core_grads::list_elem(Tensor[] xs) -> Tensor", stack_xs,
+                                          [](const NoSaved&, const at::Tensor& g) {
+                                            c10::impl::GenericList l(c10::AnyType::get());
+                                            l.push_back(g);
+                                            l.push_back(c10::IValue());
+                                            l.push_back(c10::IValue(2.5));
+                                            return customop::Grads{{"xs", c10::IValue(l)}};
+                                          });
   EXPECT_THAT(backward_error(op, XsArgs{three_leaves()}),
               HasSubstr("for input 'xs' expected the grad_input dict to hold a list of None or "
                         "Tensor gradients but got object of float at index 2"));
 }
 
 TEST(GradsValues, TensorForAnOptionalThatWasNone) {
+  // clang-format off
   auto& op = define_with_backward<XBiasArgs>("core_grads::none_bias(Tensor x, Tensor? bias) -> Tensor", x_plus_bias, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g}, {"bias", g}}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XBiasArgs{leaf(), std::nullopt}),
               HasSubstr(prefix("core_grads::none_bias", line) +
                         "got a Tensor as the gradient for input 'bias' but expected None as the "
@@ -238,14 +283,19 @@ TEST(GradsValues, TensorForAnOptionalThatWasNoneTyped) {
     at::Tensor x;
     std::optional<at::Tensor> bias;
   };
+  // clang-format off
   auto& op = define_with_backward<XBiasArgs>("core_grads::none_bias_typed(Tensor x, Tensor? bias) -> Tensor", x_plus_bias, [](const NoSaved&, const at::Tensor& g) { return Grads2{g, g}; }); const int line = __LINE__;
+  // clang-format on
   EXPECT_THAT(backward_error(op, XBiasArgs{leaf(), std::nullopt}),
               HasSubstr(prefix("core_grads::none_bias_typed", line) +
                         "got a Tensor as the gradient for input 'bias' but expected None"));
 }
 
 TEST(GradsValues, GradOfTheWrongShapeRefusedByTheEngine) {
-  auto& op = define_with_backward<XArgs>("core_grads::bad_shape(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", at::cat({g, g})}}; });
+  auto& op = define_with_backward<XArgs>("core_grads::bad_shape(Tensor x) -> Tensor", double_x,
+                                         [](const NoSaved&, const at::Tensor& g) {
+                                           return customop::Grads{{"x", at::cat({g, g})}};
+                                         });
   EXPECT_THAT(backward_error(op, XArgs{leaf()}), HasSubstr("invalid gradient"));
 }
 
@@ -286,7 +336,9 @@ void expect_mix_grads(customop::Op<MixArgs>& op, bool with_bias) {
   const auto x = leaf();
   const auto bias = leaf();
   const std::vector<at::Tensor> xs = {leaf(), leaf(), leaf()};
-  op(MixArgs{x, 0, with_bias ? std::optional<at::Tensor>(bias) : std::nullopt, xs}).sum().backward();
+  op(MixArgs{x, 0, with_bias ? std::optional<at::Tensor>(bias) : std::nullopt, xs})
+      .sum()
+      .backward();
   EXPECT_TRUE(at::equal(x.grad(), at::full({3}, 2.0, at::kDouble)));
   EXPECT_EQ(bias.grad().defined(), with_bias);
   if (with_bias) {
@@ -301,7 +353,8 @@ TEST(GradsPaths, ByNameInAnyOrder) {
   auto& op = mix_op("by_name", [](const MixSaved& s, const at::Tensor& g) {
     c10::List<std::optional<at::Tensor>> xs;
     for (int64_t k = 0; k < s.n; ++k) {
-      xs.push_back(k == 1 ? std::nullopt : std::optional<at::Tensor>(g * static_cast<double>(k + 1)));
+      xs.push_back(k == 1 ? std::nullopt
+                          : std::optional<at::Tensor>(g * static_cast<double>(k + 1)));
     }
     customop::Grads grads{{"xs", xs}};
     grads.set("bias", s.has_bias ? c10::IValue(g) : c10::IValue());
@@ -338,7 +391,8 @@ TEST(GradsPaths, TypedAggregate) {
   auto& op = mix_op("typed", [](const MixSaved& s, const at::Tensor& g) {
     MixGrads out{g * 2, s.has_bias ? std::optional<at::Tensor>(g) : std::nullopt, {}};
     for (int64_t k = 0; k < s.n; ++k) {
-      out.xs.push_back(k == 1 ? std::nullopt : std::optional<at::Tensor>(g * static_cast<double>(k + 1)));
+      out.xs.push_back(k == 1 ? std::nullopt
+                              : std::optional<at::Tensor>(g * static_cast<double>(k + 1)));
     }
     return out;
   });
@@ -354,7 +408,8 @@ TEST(GradsPaths, TypedAggregateWithPlainTensors) {
   };
   auto& op = mix_op("typed_plain", [](const MixSaved& s, const at::Tensor& g) {
     MixGrads out{g * 2, s.has_bias ? g : at::Tensor(), {}};
-    for (int64_t k = 0; k < s.n; ++k) out.xs.push_back(k == 1 ? at::Tensor() : g * static_cast<double>(k + 1));
+    for (int64_t k = 0; k < s.n; ++k)
+      out.xs.push_back(k == 1 ? at::Tensor() : g * static_cast<double>(k + 1));
     return out;
   });
   expect_mix_grads(op, true);
@@ -362,7 +417,10 @@ TEST(GradsPaths, TypedAggregateWithPlainTensors) {
 }
 
 TEST(GradsPaths, NoneForEveryInput) {
-  auto& op = define_with_backward<XArgs>("core_grads::all_none(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor&) { return customop::Grads{{"x", std::nullopt}}; });
+  auto& op = define_with_backward<XArgs>("core_grads::all_none(Tensor x) -> Tensor", double_x,
+                                         [](const NoSaved&, const at::Tensor&) {
+                                           return customop::Grads{{"x", std::nullopt}};
+                                         });
   const auto x = leaf();
   ASSERT_NO_THROW(op(XArgs{x}).sum().backward());
   EXPECT_FALSE(x.grad().defined());

@@ -2,6 +2,9 @@
 // grads materialized as zeros for outputs the loss does not use.
 // O1 (output_differentiability that is not a list of bools) is a compile error: see
 // tests/compile_fail/output_differentiability_not_bools.cpp.
+// NB: "clang-format off" regions keep a registration and its __LINE__ on one line: the
+// tests compare the file:line that error messages report.
+
 #include "support/error_message.h"
 #include "support/finite_difference.h"
 
@@ -33,15 +36,21 @@ using TwoTensors = std::tuple<at::Tensor, at::Tensor>;
 // ---- O2 ------------------------------------------------------------------------------------
 
 TEST(OutputDifferentiability, O2LengthMustMatchTheReturnsAtRegistration) {
-  auto& op = customop::define<XArgs, TwoTensors>("core_outdiff::o2_length(Tensor x) -> (Tensor, Tensor)");
-  auto backward = [](const NoSaved&, const at::Tensor& g, const at::Tensor&) { return customop::Grads{{"x", g}}; };
+  auto& op =
+      customop::define<XArgs, TwoTensors>("core_outdiff::o2_length(Tensor x) -> (Tensor, Tensor)");
+  auto backward = [](const NoSaved&, const at::Tensor& g, const at::Tensor&) {
+    return customop::Grads{{"x", g}};
+  };
   int line = 0;
+  // clang-format off
   const auto msg = error_message<c10::ValueError>([&] { line = __LINE__; op.impl_backward(backward, {true}); });
+  // clang-format on
   EXPECT_THAT(msg, AllOf(HasSubstr("core_outdiff::o2_length: output_differentiability has 1 "
                                    "entries but the op has 2 returns"),
                          HasSubstr(CUSTOMOP_TEST_LOCATION(line))));
-  EXPECT_THAT(error_message<c10::ValueError>(
-                  [&] { op.impl_backward(backward, std::vector<bool>{true, false, true}); }),
+  EXPECT_THAT(error_message<c10::ValueError>([&] {
+                op.impl_backward(backward, std::vector<bool>{true, false, true});
+              }),
               HasSubstr("has 3 entries but the op has 2 returns"));
   EXPECT_FALSE(op.has_autograd());
   EXPECT_NO_THROW(op.impl_backward(backward, std::vector<bool>{true, false}));
@@ -55,7 +64,9 @@ TEST(OutputDifferentiability, O5NonTensorMarkedDifferentiableFailsAtForward) {
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return TensorInt{a.x * 2, a.x.numel()}; });
   op.impl_save_for_backward([](const XArgs&, const TensorInt&) { return NoSaved{}; });
   ASSERT_NO_THROW(op.impl_backward(
-      [](const NoSaved&, const at::Tensor& g, customop::NoGrad) { return customop::Grads{{"x", g * 2}}; },
+      [](const NoSaved&, const at::Tensor& g, customop::NoGrad) {
+        return customop::Grads{{"x", g * 2}};
+      },
       {true, true}));
   const auto x = at::ones({3}, at::kDouble).requires_grad_();
   EXPECT_THAT(error_message([&] { op(XArgs{x}); }),
@@ -68,11 +79,15 @@ TEST(OutputDifferentiability, O5NonTensorMarkedDifferentiableFailsAtForward) {
 }
 
 TEST(OutputDifferentiability, NonTensorReturnMarkedNonDifferentiableComesBack) {
-  auto& op = customop::define<XArgs, TensorInt>("core_outdiff::tensor_int(Tensor x) -> (Tensor, int)");
+  auto& op =
+      customop::define<XArgs, TensorInt>("core_outdiff::tensor_int(Tensor x) -> (Tensor, int)");
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return TensorInt{a.x * 2, a.x.numel()}; });
   op.impl_save_for_backward([](const XArgs&, const TensorInt&) { return NoSaved{}; });
-  op.impl_backward([](const NoSaved&, const at::Tensor& g, customop::NoGrad) { return customop::Grads{{"x", g * 2}}; },
-                   {true, false});
+  op.impl_backward(
+      [](const NoSaved&, const at::Tensor& g, customop::NoGrad) {
+        return customop::Grads{{"x", g * 2}};
+      },
+      {true, false});
   const auto x = at::ones({5}, at::kDouble).requires_grad_();
   const auto [y, n] = op(XArgs{x});
   EXPECT_EQ(n, 5);
@@ -88,9 +103,9 @@ struct MaxArgs {
   int64_t dim;
 };
 struct MaxSaved {
-  int64_t dim;                  // non-tensor state: must come back intact
-  at::Tensor indices;           // an output marked non-differentiable
-  std::vector<int64_t> sizes;   // of x
+  int64_t dim;                 // non-tensor state: must come back intact
+  at::Tensor indices;          // an output marked non-differentiable
+  std::vector<int64_t> sizes;  // of x
 };
 
 struct O7Seen {
@@ -100,7 +115,7 @@ struct O7Seen {
 O7Seen g_o7;
 
 customop::Op<MaxArgs, TwoTensors>& max_op() {
-  static auto& op = [] () -> customop::Op<MaxArgs, TwoTensors>& {
+  static auto& op = []() -> customop::Op<MaxArgs, TwoTensors>& {
     auto& o = customop::define<MaxArgs, TwoTensors>(
         "core_outdiff::o7_max(Tensor x, int dim) -> (Tensor values, Tensor indices)");
     o.impl(c10::DeviceType::CPU, [](const MaxArgs& a) {
@@ -113,10 +128,11 @@ customop::Op<MaxArgs, TwoTensors>& max_op() {
     o.impl_backward(
         [](const MaxSaved& s, const at::Tensor& grad_values, const at::Tensor& grad_indices) {
           g_o7.dims.push_back(s.dim);
-          g_o7.indices_grad_is_zero =
-              g_o7.indices_grad_is_zero && grad_indices.defined() && grad_indices.count_nonzero().item<int64_t>() == 0;
-          auto grad_x = at::zeros(s.sizes, grad_values.options())
-                            .scatter(s.dim, s.indices.unsqueeze(s.dim), grad_values.unsqueeze(s.dim));
+          g_o7.indices_grad_is_zero = g_o7.indices_grad_is_zero && grad_indices.defined() &&
+                                      grad_indices.count_nonzero().item<int64_t>() == 0;
+          auto grad_x =
+              at::zeros(s.sizes, grad_values.options())
+                  .scatter(s.dim, s.indices.unsqueeze(s.dim), grad_values.unsqueeze(s.dim));
           return customop::Grads{{"x", grad_x}};
         },
         {true, false});
@@ -145,7 +161,10 @@ TEST(OutputDifferentiability, O7GradcheckAndDimComesBackIntact) {
   for (int64_t dim : {0, 1, -1}) {
     const auto x = at::randperm(12, at::kDouble).reshape({3, 4}) / 7.0;  // distinct: no ties
     EXPECT_TRUE(matches_finite_differences(
-        [&](const std::vector<at::Tensor>& in) { return std::get<0>(op(MaxArgs{in[0], dim})); }, {x},
+        [&](const std::vector<at::Tensor>& in) {
+          return std::get<0>(op(MaxArgs{in[0], dim}));
+        },
+        {x},
         /*seed=*/static_cast<uint64_t>(dim + 10)))
         << "dim " << dim;
   }
@@ -171,8 +190,10 @@ struct SplitSaved {
 };
 std::vector<size_t> g_o10_grad_counts;
 
-customop::Op<XArgs, std::vector<at::Tensor>>& split_op(const char* name, std::optional<bool> differentiable) {
-  auto& op = customop::define<XArgs, std::vector<at::Tensor>>(std::string("core_outdiff::") + name + "(Tensor x) -> Tensor[]");
+customop::Op<XArgs, std::vector<at::Tensor>>& split_op(const char* name,
+                                                       std::optional<bool> differentiable) {
+  auto& op = customop::define<XArgs, std::vector<at::Tensor>>(std::string("core_outdiff::") + name +
+                                                              "(Tensor x) -> Tensor[]");
   // A functional op returns new tensors, not views of its input (the schema has no alias).
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) {
     std::vector<at::Tensor> parts;
@@ -239,13 +260,15 @@ struct PairSeen {
 PairSeen g_pair;
 
 TEST(MultiReturn, UnusedOutputGradArrivesAsZeros) {
-  auto& op = customop::define<XArgs, TwoTensors>("core_outdiff::pair(Tensor x) -> (Tensor a, Tensor b)");
+  auto& op =
+      customop::define<XArgs, TwoTensors>("core_outdiff::pair(Tensor x) -> (Tensor a, Tensor b)");
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return TwoTensors{a.x * 2, a.x * 3}; });
   op.impl_save_for_backward([](const XArgs&, const TwoTensors&) { return NoSaved{}; });
   op.impl_backward([](const NoSaved&, const at::Tensor& ga, const at::Tensor& gb) {
     ++g_pair.calls;
     g_pair.second_defined = gb.defined();
-    g_pair.second_zero = gb.defined() && gb.sizes() == ga.sizes() && gb.count_nonzero().item<int64_t>() == 0;
+    g_pair.second_zero =
+        gb.defined() && gb.sizes() == ga.sizes() && gb.count_nonzero().item<int64_t>() == 0;
     return customop::Grads{{"x", ga * 2 + gb * 3}};
   });
   const auto x = at::ones({4}, at::kDouble).requires_grad_();
@@ -261,12 +284,14 @@ TEST(MultiReturn, UnusedOutputGradArrivesAsZeros) {
 
 TEST(MultiReturn, TensorTensorListAndFloat) {
   using Ret = std::tuple<at::Tensor, std::vector<at::Tensor>, double>;
-  auto& op = customop::define<XArgs, Ret>("core_outdiff::mixed(Tensor x) -> (Tensor, Tensor[], float)");
+  auto& op =
+      customop::define<XArgs, Ret>("core_outdiff::mixed(Tensor x) -> (Tensor, Tensor[], float)");
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) {
     return Ret{a.x.sin(), {a.x * 2, a.x * 3}, a.x.sum().item<double>()};
   });
   op.impl_save_for_backward([](const XArgs& a, const Ret&) { return XArgs{a.x}; });
-  op.impl_backward([](const XArgs& s, const at::Tensor& g0, const std::vector<at::Tensor>& g1, customop::NoGrad) {
+  op.impl_backward([](const XArgs& s, const at::Tensor& g0, const std::vector<at::Tensor>& g1,
+                      customop::NoGrad) {
     EXPECT_EQ(g1.size(), 2u);
     return customop::Grads{{"x", g0 * s.x.cos() + g1[0] * 2 + g1[1] * 3}};
   });

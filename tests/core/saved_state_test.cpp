@@ -67,7 +67,8 @@ std::optional<ScalarsSaved> g_scalars_seen;
 TEST(SavedState, NonTensorFieldsRoundTripExactly) {
   auto& op = customop::define<ScaleArgs>("core_saved::scalars(Tensor x, float alpha) -> Tensor");
   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
-  op.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return expected_scalars(a.alpha); });
+  op.impl_save_for_backward(
+      [](const ScaleArgs& a, const at::Tensor&) { return expected_scalars(a.alpha); });
   op.impl_backward([](const ScalarsSaved& s, const at::Tensor& g) {
     g_scalars_seen = s;
     return customop::Grads{{"x", g * s.d}};
@@ -102,7 +103,7 @@ struct TensorsSaved {
   std::optional<at::Tensor> bias;     // nullopt when the call had none
   std::optional<at::Tensor> present;  // always set: 2 x
   std::vector<at::Tensor> extra;
-  int64_t marker;                     // between tensor fields: order must not get mixed up
+  int64_t marker;  // between tensor fields: order must not get mixed up
   at::Tensor out;
 };
 
@@ -115,7 +116,7 @@ struct TensorsSeen {
 TensorsSeen g_tensors_seen;
 
 customop::Op<TensorsArgs>& tensors_op() {
-  static auto& op = [] () -> customop::Op<TensorsArgs>& {
+  static auto& op = []() -> customop::Op<TensorsArgs>& {
     auto& o = customop::define<TensorsArgs>(
         "core_saved::tensors(Tensor x, Tensor? bias, Tensor[] extra) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const TensorsArgs& a) {
@@ -133,8 +134,8 @@ customop::Op<TensorsArgs>& tensors_op() {
       seen.x_ok = s.x.defined() && at::equal(s.x, at::arange(3, at::kDouble));
       seen.bias_ok = !s.bias || at::equal(*s.bias, at::full({3}, 10.0, at::kDouble));
       seen.present_ok = s.present.has_value() && at::equal(*s.present, 2 * s.x);
-      seen.extra_ok = s.extra.size() != 2 ||
-                      (at::equal(s.extra[0], at::ones({1})) && at::equal(s.extra[1], at::zeros({2, 2})));
+      seen.extra_ok = s.extra.size() != 2 || (at::equal(s.extra[0], at::ones({1})) &&
+                                              at::equal(s.extra[1], at::zeros({2, 2})));
       seen.out_ok = at::equal(s.out, s.bias ? 2 * s.x + *s.bias : 2 * s.x);
       seen.marker = s.marker;
       return customop::Grads{{"x", g * 2},
@@ -154,7 +155,9 @@ TEST(SavedState, TensorFieldsComeBackInPlace) {
     const auto bias = at::full({3}, 10.0, at::kDouble).requires_grad_();
     std::vector<at::Tensor> extra = {at::ones({1}), at::zeros({2, 2})};
     if (!with_bias) extra.clear();
-    op(TensorsArgs{x, with_bias ? std::optional<at::Tensor>(bias) : std::nullopt, extra}).sum().backward();
+    op(TensorsArgs{x, with_bias ? std::optional<at::Tensor>(bias) : std::nullopt, extra})
+        .sum()
+        .backward();
     const auto& seen = g_tensors_seen;
     EXPECT_EQ(seen.bias_present, with_bias);
     EXPECT_EQ(seen.extra_size, extra.size());
@@ -175,11 +178,13 @@ struct InputSaved {
 };
 
 customop::Op<ScaleArgs>& square_op() {
-  static auto& op = [] () -> customop::Op<ScaleArgs>& {
+  static auto& op = []() -> customop::Op<ScaleArgs>& {
     auto& o = customop::define<ScaleArgs>("core_saved::square(Tensor x, float alpha) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.x * a.alpha; });
     o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return InputSaved{a.x}; });
-    o.impl_backward([](const InputSaved& s, const at::Tensor& g) { return customop::Grads{{"x", 2 * s.x * g}}; });
+    o.impl_backward([](const InputSaved& s, const at::Tensor& g) {
+      return customop::Grads{{"x", 2 * s.x * g}};
+    });
     return o;
   }();
   return op;
@@ -209,13 +214,17 @@ TEST(SavedState, InPlaceChangeOfASavedNonLeafInputIsCaughtInBackward) {
 }
 
 TEST(SavedState, InPlaceChangeOfAnUnsavedInputIsFine) {
-  auto& op = customop::define<ScaleArgs>("core_saved::scale_unsaved(Tensor x, float alpha) -> Tensor");
+  auto& op =
+      customop::define<ScaleArgs>("core_saved::scale_unsaved(Tensor x, float alpha) -> Tensor");
   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
   struct AlphaSaved {
     double alpha;
   };
-  op.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return AlphaSaved{a.alpha}; });
-  op.impl_backward([](const AlphaSaved& s, const at::Tensor& g) { return customop::Grads{{"x", g * s.alpha}}; });
+  op.impl_save_for_backward(
+      [](const ScaleArgs& a, const at::Tensor&) { return AlphaSaved{a.alpha}; });
+  op.impl_backward([](const AlphaSaved& s, const at::Tensor& g) {
+    return customop::Grads{{"x", g * s.alpha}};
+  });
   const auto x = leaf();
   const auto y = op(ScaleArgs{x, 2.0});
   {
@@ -235,7 +244,7 @@ struct OutputSaved {
 std::optional<WeakTensorImpl> g_scratch;
 
 customop::Op<ScaleArgs>& exp_op() {
-  static auto& op = [] () -> customop::Op<ScaleArgs>& {
+  static auto& op = []() -> customop::Op<ScaleArgs>& {
     auto& o = customop::define<ScaleArgs>("core_saved::exp(Tensor x, float alpha) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return (a.x * a.alpha).exp(); });
     o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor& out) {
@@ -285,7 +294,7 @@ TEST(SavedState, SavedTensorsAreReleasedAfterBackward) {
   y.sum().backward();
   // The graph (and y) are still alive, but backward without retain_graph frees its buffers.
   EXPECT_TRUE(expired(g_scratch)) << "a saved tensor outlived backward: it is held outside "
-                                      "the autograd context";
+                                     "the autograd context";
   EXPECT_THAT(error_message([&] { y.sum().backward(); }),
               HasSubstr("Trying to backward through the graph a second time"));
 }

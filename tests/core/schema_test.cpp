@@ -1,5 +1,8 @@
 // SCENARIOS A (S1-S8): defining ops and matching the args struct to the schema. Every error
 // here fires at definition time, and a refused definition leaves nothing registered.
+// NB: "clang-format off" regions keep a registration and its __LINE__ on one line: the
+// tests compare the file:line that error messages report.
+
 #include "support/error_message.h"
 
 #include <customop/customop.h>
@@ -139,22 +142,25 @@ TEST(Schema, S5DotInNamespaceRejected) {
 // ---- S6 ----------------------------------------------------------------------------------
 
 TEST(Schema, S6DefinedTwiceRefusedAndFirstKeepsWorking) {
+  // clang-format off
   auto& first = customop::define<XArgs>("core_schema::s6_twice(Tensor x) -> Tensor"); const int first_line = __LINE__;
+  // clang-format on
   first.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x + 1; });
-  const auto msg = error_message([] { customop::define<XArgs>("core_schema::s6_twice(Tensor x) -> Tensor"); });
-  EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s6_twice: defined multiple times"),
-                         HasSubstr("the first definition is at " + CUSTOMOP_TEST_LOCATION(first_line))));
+  const auto msg =
+      error_message([] { customop::define<XArgs>("core_schema::s6_twice(Tensor x) -> Tensor"); });
+  EXPECT_THAT(msg,
+              AllOf(HasSubstr("core_schema::s6_twice: defined multiple times"),
+                    HasSubstr("the first definition is at " + CUSTOMOP_TEST_LOCATION(first_line))));
   EXPECT_EQ(customop::find_op("core_schema::s6_twice"), &first);
   auto x = at::zeros({2}, at::kDouble);
   EXPECT_TRUE(at::equal(first(XArgs{x}), x + 1));
 }
 
-TORCH_LIBRARY_FRAGMENT(core_schema, m) {
-  m.def("s6_from_library(Tensor x) -> Tensor");
-}
+TORCH_LIBRARY_FRAGMENT(core_schema, m) { m.def("s6_from_library(Tensor x) -> Tensor"); }
 
 TEST(Schema, S6AlreadyInTheDispatcherRefused) {
-  const auto msg = error_message([] { customop::define<XArgs>("core_schema::s6_from_library(Tensor x) -> Tensor"); });
+  const auto msg = error_message(
+      [] { customop::define<XArgs>("core_schema::s6_from_library(Tensor x) -> Tensor"); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s6_from_library: defined multiple times"),
                          HasSubstr("already exists in the dispatcher")));
   EXPECT_EQ(customop::find_op("core_schema::s6_from_library"), nullptr);
@@ -474,8 +480,8 @@ TEST(Schema, S8OneTwoAndThreeReturns) {
   EXPECT_TRUE(at::equal(b[1], x * 2));
   EXPECT_EQ(c, 42);
   EXPECT_EQ(three.returns(), (std::vector<customop::ArgKind>{customop::ArgKind::kTensor,
-                                                              customop::ArgKind::kTensorList,
-                                                              customop::ArgKind::kInt}));
+                                                             customop::ArgKind::kTensorList,
+                                                             customop::ArgKind::kInt}));
 }
 
 // ---- the schema as a template argument (customop/static_schema.h) ------------------------
@@ -487,8 +493,9 @@ TEST(Schema, StaticSchemaStringDefaultsMayHoldCommasAndParentheses) {
     std::string close;
     int64_t n;
   };
-  auto& op = customop::define<Args, "core_schema::static_strings(Tensor x, str sep=\",\", "
-                                    "str close=\")\", int n=2) -> Tensor">();
+  auto& op = customop::define<Args,
+                              "core_schema::static_strings(Tensor x, str sep=\",\", "
+                              "str close=\")\", int n=2) -> Tensor">();
   static_assert(std::is_same_v<std::decay_t<decltype(op)>::ReturnType, at::Tensor>);
   op.impl(c10::DeviceType::CPU, [](const Args& a) {
     return a.x * static_cast<double>(a.sep.size() + a.close.size() + a.n);

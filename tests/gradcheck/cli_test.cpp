@@ -50,17 +50,20 @@ int lines(const std::string& s) {
 TEST(Cli, HelpExitsZero) {
   const CliRun r = cli("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--list", "--op", "--device", "--dtype", "--mode", "--seed", "--eps",
-                           "--atol", "--rtol", "--nondet-tol", "--json", "--heatmap", "--load",
-                           "--samples"}) {
+  for (const char* flag :
+       {"--list", "--op", "--device", "--dtype", "--mode", "--seed", "--eps", "--atol", "--rtol",
+        "--nondet-tol", "--json", "--heatmap", "--load", "--samples"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
 
 TEST(Cli, BadFlagsAreOneLineUsageErrors) {
-  for (const char* args : {"--bogus", "--device gpu", "--dtype float16", "--mode medium",
-                           "--seed minus-one", "--load /nonexistent/lib.so",
-                           "--samples /nonexistent/spec.json", "--atol -1"}) {
+  for (const char* args :
+       {"--bogus", "--device gpu", "--dtype float16", "--mode medium", "--seed minus-one",
+        "--load /nonexistent/lib.so", "--samples /nonexistent/spec.json", "--atol -1", "--eps nan",
+        "--eps 0", "--eps inf", "--atol nan", "--rtol inf", "--nondet-tol nan", "--seed -1",
+        "--seed 18446744073709551616", "--json /nonexistent/dir/out.json", "--json /tmp",
+        "--heatmap /proc/customop_heatmap"}) {
     const CliRun r = cli(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
@@ -102,8 +105,10 @@ TEST(Cli, MutantExitsOneWithReportJsonAndHeatmap) {
   const std::string json_path = temp_path("customop_gradcheck_cli.json");
   const std::string dir = temp_path("customop_gradcheck_cli_heatmaps");
   std::filesystem::remove_all(dir);
-  const CliRun r = cli(kLoad + "--op customop_mutants::cube_sign_flip --device cpu --dtype float64 "
-                    "--seed 5 --json '" + json_path + "' --heatmap '" + dir + "'");
+  const CliRun r = cli(kLoad +
+                       "--op customop_mutants::cube_sign_flip --device cpu --dtype float64 "
+                       "--seed 5 --json '" +
+                       json_path + "' --heatmap '" + dir + "'");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));
   EXPECT_THAT(r.out, HasSubstr("seed 5"));
@@ -114,13 +119,15 @@ TEST(Cli, MutantExitsOneWithReportJsonAndHeatmap) {
   EXPECT_EQ(j["cases"][0]["status"], "failed");
   EXPECT_EQ(j["cases"][0]["result"]["failures"][0]["check"], "jacobian");
   int pngs = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) pngs += e.path().extension() == ".png";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    pngs += e.path().extension() == ".png";
   EXPECT_EQ(pngs, 2);
 }
 
 TEST(Cli, SamplesSpecChecksAnAtenOp) {
   const std::string spec = temp_path("customop_gradcheck_cli_spec.json");
-  std::ofstream(spec) << R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2, 3]}}, {"tensor": {"shape": [3]}}]})";
+  std::ofstream(spec)
+      << R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2, 3]}}, {"tensor": {"shape": [3]}}]})";
   CliRun r = cli("--samples '" + spec + "' --device cpu --mode both");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("aten::mul.Tensor"));
@@ -132,9 +139,59 @@ TEST(Cli, SamplesSpecChecksAnAtenOp) {
   EXPECT_THAT(r.out, HasSubstr("\"shape\" must be a list"));
 }
 
+TEST(Cli, RangeErrorsSayWhatIsExpected) {
+  EXPECT_THAT(cli("--eps 0").out, HasSubstr("must be > 0, got 0"));
+  EXPECT_THAT(cli("--atol nan").out, HasSubstr("must be a finite number, got nan"));
+  EXPECT_THAT(cli("--seed -1").out, HasSubstr("must be an integer in [0, 2^64), got -1"));
+}
+
+TEST(Cli, SamplesArgumentOfTheWrongKindIsAUsageError) {
+  const std::string spec = temp_path("customop_gradcheck_cli_kinds.json");
+  const std::string x = R"({"tensor": {"shape": [2, 3]}})";
+  const std::string w = R"({"tensor": {"shape": [3]}})";
+  const std::pair<std::string, std::string> cases[] = {
+      {"[" + x + ", " + w + ", " + x + "]",
+       "argument 'eps' of type float: a tensor ({\"tensor\": ...}) was given"},
+      {"[" + x + ", " + w + ", null]", "argument 'eps' of type float: null is only allowed"},
+      {"[null, " + w + ", 1e-6]", "argument 'input' of type Tensor: null is only allowed"},
+      {"[1.5, " + w + ", 1e-6]", "argument 'input' of type Tensor: expected {\"tensor\": {...}}"},
+      {"[{\"tensors\": [" + x + "]}, " + w + ", 1e-6]",
+       "argument 'input' of type Tensor: expected {\"tensor\": {...}}"},
+  };
+  for (const auto& [args, expected] : cases) {
+    std::ofstream(spec) << R"({"op": "customop::rms_norm", "args": )" << args << "}";
+    const CliRun r = cli("--samples '" + spec + "' --device cpu");
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_THAT(r.out, HasSubstr(expected)) << args;
+  }
+}
+
+TEST(Cli, OpPicksTheSamplesCases) {
+  const std::string spec = temp_path("customop_gradcheck_cli_pick.json");
+  std::ofstream(spec)
+      << R"([{"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2]}}, {"tensor": {"shape": [2]}}]},)"
+      << R"( {"op": "aten::add.Tensor", "args": [{"tensor": {"shape": [2]}}, {"tensor": {"shape": [2]}}, 1]}])";
+  CliRun r = cli("--samples '" + spec + "' --op 'aten::add*' --device cpu --dtype float64");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("aten::add.Tensor"));
+  EXPECT_THAT(r.out, Not(HasSubstr("aten::mul.Tensor")));
+  r = cli("--samples '" + spec + "' --op 'customop::*'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("names an op matching 'customop::*'"));
+}
+
+TEST(Cli, JsonWriteFailureIsReported) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const CliRun r = cli("--op customop::rms_norm --device cpu --dtype float64 --json /dev/full");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--json: writing '/dev/full' failed"));
+}
+
 TEST(Cli, SamplesSpecChecksAnotherLibrarysOp) {
   const std::string spec = temp_path("customop_gradcheck_cli_spec2.json");
-  std::ofstream(spec) << R"([{"op": "customop_mutants::weighted_square_swapped", "args": [{"tensor": {"shape": [3]}}, {"tensor": {"shape": [3]}}]}])";
+  std::ofstream(spec)
+      << R"([{"op": "customop_mutants::weighted_square_swapped", "args": [{"tensor": {"shape": [3]}}, {"tensor": {"shape": [3]}}]}])";
   const CliRun r = cli(kLoad + "--samples '" + spec + "' --device cpu --dtype float64");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));

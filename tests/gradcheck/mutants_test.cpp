@@ -43,8 +43,8 @@ const customop::OpCore& op_named(const std::string& name) {
 std::vector<gc::GradcheckResult> check_samples(const customop::OpCore& op, const Variant& v,
                                                std::uint64_t seed) {
   std::vector<gc::GradcheckResult> out;
-  for (const auto& s : customop::testing::differentiable_samples(op, c10::Device(at::kCPU),
-                                                                 v.dtype, seed)) {
+  for (const auto& s :
+       customop::testing::differentiable_samples(op, c10::Device(at::kCPU), v.dtype, seed)) {
     gc::GradcheckOptions o;
     o.mode = v.mode;
     o.seed = seed;
@@ -81,8 +81,8 @@ TEST_P(Corpus, CorrectOpsPassOver100Seeds) {
       }
     }
   }
-  std::cout << "[corpus] " << v.name << ": " << checks << " checks of correct ops, "
-            << false_alarms << " false alarms; mean op evaluations per check: "
+  std::cout << "[corpus] " << v.name << ": " << checks << " checks of correct ops, " << false_alarms
+            << " false alarms; mean op evaluations per check: "
             << static_cast<double>(forward) / std::max<int64_t>(1, checks) << " forward + "
             << static_cast<double>(vjp) / std::max<int64_t>(1, checks) << " backward\n";
   EXPECT_GT(checks, 0);

@@ -3,6 +3,7 @@
 // second order, op-evaluation counts, the runner, input specs and the gtest helper.
 
 #include "mutants/corpus.h"
+#include "support/error_message.h"
 #include "support/gradcheck_samples.h"
 
 #include <customop/customop.h>
@@ -44,11 +45,12 @@ struct ScaleSaved {
 
 // f(x) = alpha * x, typed (for EXPECT_GRADCHECK).
 customop::Op<ScaleArgs>& typed_scale() {
-  static auto& op = [] () -> customop::Op<ScaleArgs>& {
+  static auto& op = []() -> customop::Op<ScaleArgs>& {
     auto& o = customop::define<ScaleArgs>("gradcheck_test::scale(Tensor x, float alpha) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
     o.impl(c10::DeviceType::CUDA, [](const ScaleArgs& a) { return a.x * a.alpha; });
-    o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+    o.impl_save_for_backward(
+        [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
     o.impl_backward([](const ScaleSaved& s, const at::Tensor& g) {
       return customop::Grads{{"x", g * s.alpha}};
     });
@@ -59,7 +61,7 @@ customop::Op<ScaleArgs>& typed_scale() {
 
 // Its forward raises its own error.
 customop::Op<XArgs>& raising_op() {
-  static auto& op = [] () -> customop::Op<XArgs>& {
+  static auto& op = []() -> customop::Op<XArgs>& {
     auto& o = customop::define<XArgs>("gradcheck_test::raises(Tensor x) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const XArgs& a) -> at::Tensor {
       TORCH_CHECK_VALUE(false, "raises: x must be empty, but got shape ", a.x.sizes());
@@ -73,7 +75,7 @@ customop::Op<XArgs>& raising_op() {
 
 // x^3 whose backward detaches x: first order right, second order wrong.
 customop::Op<XArgs>& cube_detached_backward() {
-  static auto& op = [] () -> customop::Op<XArgs>& {
+  static auto& op = []() -> customop::Op<XArgs>& {
     auto& o = customop::define<XArgs>("gradcheck_test::cube_detached_backward(Tensor x) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x * a.x * a.x; });
     o.impl_save_for_backward([](const XArgs& a, const at::Tensor&) { return XSaved{a.x}; });
@@ -88,7 +90,7 @@ customop::Op<XArgs>& cube_detached_backward() {
 
 // The positive entries of x: the output's length depends on the values.
 customop::Op<XArgs>& positive_part() {
-  static auto& op = [] () -> customop::Op<XArgs>& {
+  static auto& op = []() -> customop::Op<XArgs>& {
     auto& o = customop::define<XArgs>("gradcheck_test::positive_part(Tensor x) -> Tensor");
     o.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x.masked_select(a.x > 0); });
     o.impl_save_for_backward([](const XArgs& a, const at::Tensor&) { return XSaved{a.x}; });
@@ -107,7 +109,9 @@ const customop::OpCore& corpus_op(const std::string& name) {
   return *op;
 }
 
-torch::jit::Stack stack_of(std::initializer_list<c10::IValue> values) { return torch::jit::Stack(values); }
+torch::jit::Stack stack_of(std::initializer_list<c10::IValue> values) {
+  return torch::jit::Stack(values);
+}
 
 at::Tensor leaf(std::vector<double> values, c10::ScalarType dtype = at::kDouble) {
   return torch::tensor(values, torch::dtype(at::kDouble)).to(dtype).requires_grad_(true);
@@ -258,7 +262,9 @@ TEST(Scenarios, GC29_FunctionErrorPropagatesUnchanged) {
     } catch (const gc::GradcheckError&) {
       ADD_FAILURE() << "the op's error was wrapped";
     } catch (const c10::ValueError& e) {
-      EXPECT_EQ(std::string(e.what_without_backtrace()).rfind("raises: x must be empty, but got shape [2]", 0), 0u)
+      EXPECT_EQ(std::string(e.what_without_backtrace())
+                    .rfind("raises: x must be empty, but got shape [2]", 0),
+                0u)
           << e.what_without_backtrace();
     }
   }
@@ -272,10 +278,14 @@ TEST(Checks, InputIndexCountsInputsThatRequireGrad) {
   const auto& op = corpus_op("weighted_square_swapped");
   const at::Tensor x = torch::tensor({1.0, 2.0, -1.0}, torch::kDouble);
   const auto r = gc::gradcheck(op, stack_of({x, leaf({0.5, 1.5, 2.0})}), no_raise());
-  EXPECT_EQ(first_line(r.message()), "Jacobian mismatch for output 0 with respect to input 0 ('w')");
-  const auto r2 = gc::gradcheck(op, stack_of({leaf({1.0, 2.0, -1.0}), leaf({0.5, 1.5, 2.0})}), no_raise());
-  EXPECT_EQ(first_line(r2.message()), "Jacobian mismatch for output 0 with respect to input 0 ('x')");
-  EXPECT_EQ(r2.failures.at(1).headline, "Jacobian mismatch for output 0 with respect to input 1 ('w')");
+  EXPECT_EQ(first_line(r.message()),
+            "Jacobian mismatch for output 0 with respect to input 0 ('w')");
+  const auto r2 =
+      gc::gradcheck(op, stack_of({leaf({1.0, 2.0, -1.0}), leaf({0.5, 1.5, 2.0})}), no_raise());
+  EXPECT_EQ(first_line(r2.message()),
+            "Jacobian mismatch for output 0 with respect to input 0 ('x')");
+  EXPECT_EQ(r2.failures.at(1).headline,
+            "Jacobian mismatch for output 0 with respect to input 1 ('w')");
 }
 
 // i counts differentiable outputs; the wrong output's grad shows up for the pair it breaks.
@@ -284,8 +294,10 @@ TEST(Checks, MultiOutputMismatchNamesTheOutput) {
   const auto r = gc::gradcheck(op, stack_of({leaf({0.3, 1.1})}), no_raise());
   ASSERT_FALSE(r.passed);
   EXPECT_EQ(r.outputs, (std::vector<std::string>{"sin", "cos"}));
-  EXPECT_THAT(r.message(), HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));
-  EXPECT_THAT(r.message(), HasSubstr("Jacobian mismatch for output 1 with respect to input 0 ('x')"));
+  EXPECT_THAT(r.message(),
+              HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));
+  EXPECT_THAT(r.message(),
+              HasSubstr("Jacobian mismatch for output 1 with respect to input 0 ('x')"));
   EXPECT_THAT(r.message(), HasSubstr("d sin["));
 }
 
@@ -315,7 +327,8 @@ TEST(Checks, KinkIsReportedAsNotDifferentiable) {
   const auto r3 = gc::gradcheck(op, stack_of({leaf({-1.0, 3e-7, 2.0})}), no_raise());
   EXPECT_THAT(first_line(r3.message()), HasSubstr("not differentiable at x[1]"));
   // A real bug at a smooth point stays a mismatch.
-  const auto r4 = gc::gradcheck(corpus_op("cube_sign_flip"), stack_of({leaf({-1.0, 0.5, 2.0})}), no_raise());
+  const auto r4 =
+      gc::gradcheck(corpus_op("cube_sign_flip"), stack_of({leaf({-1.0, 0.5, 2.0})}), no_raise());
   EXPECT_TRUE(r4.failed(gc::Check::kJacobian));
   EXPECT_FALSE(r4.failed(gc::Check::kNotDifferentiable));
 }
@@ -331,9 +344,31 @@ TEST(Checks, OutputShapeChangeUnderPerturbationFails) {
 // A backward returning a grad of the wrong shape: the engine refuses it; reported as such.
 TEST(Checks, WrongGradShapeIsABackwardError) {
   const auto& op = corpus_op("mul_grad_wrong_shape");
-  const auto r = gc::gradcheck(op, stack_of({leaf({1, 2, 3, 4, 5, 6}).detach().view({3, 2}).requires_grad_(), leaf({1.0, 2.0})}), no_raise());
+  const auto r = gc::gradcheck(
+      op,
+      stack_of({leaf({1, 2, 3, 4, 5, 6}).detach().view({3, 2}).requires_grad_(), leaf({1.0, 2.0})}),
+      no_raise());
   EXPECT_TRUE(r.failed(gc::Check::kBackwardError)) << r.message();
   EXPECT_THAT(r.message(), HasSubstr("invalid gradient"));
+}
+
+// Slow mode refuses a Jacobian above max_jacobian_entries up front, naming the sizes; fast
+// mode checks the same input.
+TEST(Checks, SlowModeRefusesAJacobianAboveTheLimit) {
+  const auto& op = corpus_op("cube");
+  auto o = no_raise();
+  o.max_jacobian_entries = 15;  // 4 input elements x 4 output elements = 16 entries
+  const auto msg = customop::testing::error_message<c10::ValueError>([&] {
+    gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o);
+  });
+  EXPECT_THAT(msg, HasSubstr("slow mode would build Jacobians of 4 input elements x 4 output "
+                             "elements = 16 entries"));
+  EXPECT_THAT(msg, HasSubstr("use fast mode"));
+  o.max_jacobian_entries = 16;
+  EXPECT_TRUE(gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o).passed);
+  o.max_jacobian_entries = 1;
+  o.mode = gc::Mode::kFast;
+  EXPECT_TRUE(gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o).passed);
 }
 
 // Reentrancy: jitter fails at nondet_tol 0 and passes when the tolerance allows it.
@@ -352,7 +387,8 @@ TEST(Checks, FastModeFailureReportsSlowWorstElement) {
   const auto& op = corpus_op("cube_scale_1pct");
   const auto r = gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 0.5})}), no_raise(gc::Mode::kFast));
   ASSERT_FALSE(r.passed);
-  EXPECT_EQ(first_line(r.message()), "Jacobian mismatch for output 0 with respect to input 0 ('x')");
+  EXPECT_EQ(first_line(r.message()),
+            "Jacobian mismatch for output 0 with respect to input 0 ('x')");
   EXPECT_THAT(r.message(), HasSubstr("fast mode: v^T J u numerical"));
   EXPECT_THAT(r.message(), HasSubstr("worst element: d output 0[1] / d x[1]"));
   ASSERT_TRUE(r.pairs.at(0).numerical.defined());
@@ -426,9 +462,11 @@ TEST(Checks, SecondOrderCatchesNonDifferentiableBackward) {
             "second order: Jacobian mismatch for output 0 with respect to input 0 ('x')");
   EXPECT_FALSE(second.second_order_pairs.empty());
   for (auto mode : {gc::Mode::kSlow, gc::Mode::kFast}) {
-    const auto good = gc::gradgradcheck(corpus_op("cube"), stack_of({leaf({1.0, -2.0})}), no_raise(mode));
+    const auto good =
+        gc::gradgradcheck(corpus_op("cube"), stack_of({leaf({1.0, -2.0})}), no_raise(mode));
     EXPECT_TRUE(good.passed) << good.message();
-    const auto good32 = gc::gradgradcheck(corpus_op("sincos"), stack_of({leaf({1.0, -2.0}, at::kFloat)}), no_raise(mode));
+    const auto good32 = gc::gradgradcheck(
+        corpus_op("sincos"), stack_of({leaf({1.0, -2.0}, at::kFloat)}), no_raise(mode));
     EXPECT_TRUE(good32.passed) << good32.message();
   }
 }
@@ -436,7 +474,8 @@ TEST(Checks, SecondOrderCatchesNonDifferentiableBackward) {
 // ---- reports -------------------------------------------------------------------------------
 
 TEST(Reports, JsonCarriesVerdictFailuresAndCounts) {
-  const auto r = gc::gradcheck(corpus_op("cube_sign_flip"), stack_of({leaf({1.0, 2.0})}), no_raise());
+  const auto r =
+      gc::gradcheck(corpus_op("cube_sign_flip"), stack_of({leaf({1.0, 2.0})}), no_raise());
   const auto j = nlohmann::json::parse(gc::to_json(r));
   EXPECT_EQ(j["passed"], false);
   EXPECT_EQ(j["op"], "customop_mutants::cube_sign_flip");
@@ -463,7 +502,8 @@ TEST(Reports, HeatmapPngOfAFailingPair) {
   in.read(sig, 8);
   EXPECT_EQ(std::string(sig + 1, 3), "PNG");
   EXPECT_GT(std::filesystem::file_size(path), 50u);
-  const auto ok = gc::gradcheck(corpus_op("drop_first"), stack_of({leaf({1.0, 2.0, 3.0})}), no_raise());
+  const auto ok =
+      gc::gradcheck(corpus_op("drop_first"), stack_of({leaf({1.0, 2.0, 3.0})}), no_raise());
   EXPECT_THROW(gc::write_heatmap_png(ok.pairs.at(0), ok.tolerances, path), c10::ValueError);
 }
 
@@ -545,10 +585,14 @@ TEST(Specs, BadSpecsGiveOneLineErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"{", "not valid JSON"},
       {R"({"op": "aten::does_not_exist", "args": []})", "no such operator is registered"},
-      {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2], "init": "gauss"}}]})", "unknown init"},
-      {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2]}}]})", "argument 'other' is missing"},
-      {R"({"op": "aten::sum.dim_IntList", "args": [{"tensor": {"shape": [2]}}, "x"]})", "expected a list"},
-      {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2], "dtype": "int64", "requires_grad": true}}, {"tensor": {"shape": [2]}}]})", "cannot require grad"},
+      {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2], "init": "gauss"}}]})",
+       "unknown init"},
+      {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2]}}]})",
+       "argument 'other' is missing"},
+      {R"({"op": "aten::sum.dim_IntList", "args": [{"tensor": {"shape": [2]}}, "x"]})",
+       "expected a list"},
+      {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2], "dtype": "int64", "requires_grad": true}}, {"tensor": {"shape": [2]}}]})",
+       "cannot require grad"},
   };
   for (const auto& [text, expected] : cases) {
     const auto path = write_temp("customop_gradcheck_bad_spec.json", text);
@@ -585,23 +629,23 @@ TEST(GtestHelper, ExpectGradcheckFailsWithTheReport) {
                           "Jacobian mismatch for output 0 with respect to input 0 ('x')");
   EXPECT_NONFATAL_FAILURE(EXPECT_GRADCHECK(*g_sign_flip, g_sign_flip_args), "(seed 0)");
   g_sign_flip_args = stack_of({torch::ones({2}, torch::kDouble)});
-  EXPECT_NONFATAL_FAILURE(EXPECT_GRADCHECK(*g_sign_flip, g_sign_flip_args),
-                          "rejected its inputs");
+  EXPECT_NONFATAL_FAILURE(EXPECT_GRADCHECK(*g_sign_flip, g_sign_flip_args), "rejected its inputs");
 }
 
 // ---- CUDA (GPU machines only) ---------------------------------------------------------------
 
 TEST(Cuda, CompareWithCpuAndPass) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "cuda: no GPU, skipped";
-  const at::Tensor x = torch::randn({4}, torch::dtype(torch::kFloat).device(torch::kCUDA)).requires_grad_(true);
+  const at::Tensor x =
+      torch::randn({4}, torch::dtype(torch::kFloat).device(torch::kCUDA)).requires_grad_(true);
   const auto r = gc::gradcheck(typed_scale(), ScaleArgs{x, 5.0}, no_raise());
   EXPECT_TRUE(r.passed) << r.message();
   EXPECT_EQ(r.device, "cuda:0");
   for (const auto& e : customop_mutants::corpus()) {
     for (auto dtype : {at::kFloat, at::kDouble}) {
       if (e.float32_only && dtype != at::kFloat) continue;
-      for (const auto& s : customop::testing::differentiable_samples(corpus_op(e.op.substr(18)),
-                                                                     c10::Device(at::kCUDA), dtype, 0)) {
+      for (const auto& s : customop::testing::differentiable_samples(
+               corpus_op(e.op.substr(18)), c10::Device(at::kCUDA), dtype, 0)) {
         const auto rr = gc::gradcheck(corpus_op(e.op.substr(18)), s.args, no_raise());
         EXPECT_EQ(rr.passed, e.twin.empty()) << e.op << " " << s.label << ": " << rr.message();
         EXPECT_FALSE(rr.failed(gc::Check::kCudaVsCpu)) << rr.message();

@@ -26,9 +26,9 @@ constexpr const char* kOpsLib = CUSTOMOP_OPS_LIB_PATH;
 /// C++'s default resolver knows `torch` only as aten; this one adds the `customop` namespace
 /// (saved models spell the calls ops.customop.<op>, as Python's torch.ops.customop.<op>).
 struct CustomopResolver : torch::jit::Resolver {
-  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name,
-                                                         torch::jit::GraphFunction& fn,
-                                                         const torch::jit::SourceRange& loc) override {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(
+      const std::string& name, torch::jit::GraphFunction& fn,
+      const torch::jit::SourceRange& loc) override {
     if (name == "customop") return std::make_shared<torch::jit::BuiltinModule>("customop");
     return torch::jit::nativeResolver()->resolveValue(name, fn, loc);
   }
@@ -48,7 +48,8 @@ int make_model(const std::string& path) {
 def forward(self, x):
     h = customop.bias_gelu(x, self.bias, "none")
     return customop.rms_norm(h, self.weight, 1e-6)
-)JIT", std::make_shared<CustomopResolver>());
+)JIT",
+           std::make_shared<CustomopResolver>());
   m.save(path);
   return 0;
 }
@@ -130,7 +131,8 @@ TEST(ModelLoadErrors, BadLibraryPathNamesThePathAndTheReason) {
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("cannot load the op library '/nonexistent/libcustomop_ops.so'"),
-              std::string::npos) << what;
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("No such file"), std::string::npos) << what;
   }
 }

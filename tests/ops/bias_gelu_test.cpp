@@ -21,7 +21,8 @@ using customop::testing::tolerance_for;
 using ::testing::HasSubstr;
 
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& b, const std::string& approximate) {
-  return customop::ops::bias_gelu_op()(BiasGeluArgs{.input = x, .bias = b, .approximate = approximate});
+  return customop::ops::bias_gelu_op()(
+      BiasGeluArgs{.input = x, .bias = b, .approximate = approximate});
 }
 
 // torch.nn.functional.gelu(input + bias, approximate=...).
@@ -59,14 +60,15 @@ TEST_P(BiasGeluDevice, LargeInputSplitsMidRow) {
   for (std::vector<int64_t> shape : {std::vector<int64_t>{2, 100003}, {4099, 37}}) {
     const auto x = at::randn(shape, p().options());
     const auto b = at::randn({shape[1]}, p().options());
-    EXPECT_TRUE(tensors_close(bias_gelu(x, b, "none"),
-                              at::gelu((x + b).to(at::kDouble)), tolerance_for(p().dtype)));
+    EXPECT_TRUE(tensors_close(bias_gelu(x, b, "none"), at::gelu((x + b).to(at::kDouble)),
+                              tolerance_for(p().dtype)));
   }
 }
 
 TEST_P(BiasGeluDevice, ExtremeValues) {
   const auto x = at::tensor({-1e4, -40.0, -10.0, -1e-8, 0.0, 1e-8, 10.0, 40.0, 1e4},
-                            at::TensorOptions().dtype(at::kDouble)).to(p().options());
+                            at::TensorOptions().dtype(at::kDouble))
+                     .to(p().options());
   const auto b = at::zeros({9}, p().options());
   for (const std::string approximate : {"none", "tanh"}) {
     SCOPED_TRACE(approximate);
@@ -94,9 +96,11 @@ TEST_P(BiasGeluDevice, StridedAndBroadcastInputsMatchContiguous) {
 
 TEST_P(BiasGeluDevice, EmptyInputs) {
   const auto b = at::randn({16}, p().options());
-  EXPECT_EQ(bias_gelu(at::empty({0, 16}, p().options()), b, "none").sizes(), at::IntArrayRef({0, 16}));
-  EXPECT_EQ(bias_gelu(at::empty({3, 0}, p().options()), at::empty({0}, p().options()), "tanh").sizes(),
-            at::IntArrayRef({3, 0}));
+  EXPECT_EQ(bias_gelu(at::empty({0, 16}, p().options()), b, "none").sizes(),
+            at::IntArrayRef({0, 16}));
+  EXPECT_EQ(
+      bias_gelu(at::empty({3, 0}, p().options()), at::empty({0}, p().options()), "tanh").sizes(),
+      at::IntArrayRef({3, 0}));
 }
 
 TEST_P(BiasGeluDevice, BackwardMatchesAutogradOfReference) {
@@ -108,9 +112,9 @@ TEST_P(BiasGeluDevice, BackwardMatchesAutogradOfReference) {
     const auto g = at::randn({3, 2, 33}, p().options());
     const auto ours = customop::testing::vjp(
         [&](const auto& in) { return bias_gelu(in[0], in[1], approximate); }, {x, b}, g);
-    const auto ref = customop::testing::vjp(
-        [&](const auto& in) { return reference(in[0], in[1], approximate); },
-        {x.to(at::kDouble), b.to(at::kDouble)}, g.to(at::kDouble));
+    const auto ref =
+        customop::testing::vjp([&](const auto& in) { return reference(in[0], in[1], approximate); },
+                               {x.to(at::kDouble), b.to(at::kDouble)}, g.to(at::kDouble));
     auto tol = tolerance_for(p().dtype);
     tol.atol *= 10;
     tol.rtol *= 10;
@@ -122,7 +126,8 @@ TEST_P(BiasGeluDevice, BackwardMatchesAutogradOfReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BiasGeluDevice, ::testing::ValuesIn(customop::testing::cpu_params()),
                          customop::testing::param_name);
-INSTANTIATE_TEST_SUITE_P(Cuda, BiasGeluDevice, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, BiasGeluDevice,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 class BiasGeluCuda : public DeviceTest {};
@@ -143,8 +148,9 @@ TEST_P(BiasGeluCuda, MatchesCpu) {
 
 TEST_P(BiasGeluCuda, BiasOnAnotherDeviceIsRejected) {
   const auto x = at::randn({2, 4}, p().options());
-  EXPECT_THAT(error_message([&] { bias_gelu(x, at::ones({4}, p().dtype), "none"); }),
-              HasSubstr("bias_gelu: bias must be on the same device as input (cuda:0), but got cpu"));
+  EXPECT_THAT(
+      error_message([&] { bias_gelu(x, at::ones({4}, p().dtype), "none"); }),
+      HasSubstr("bias_gelu: bias must be on the same device as input (cuda:0), but got cpu"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, BiasGeluCuda, ::testing::ValuesIn(customop::testing::cuda_params()),
@@ -207,28 +213,38 @@ TEST(BiasGelu, SamplesPassFiniteDifferences) {
 // ---- one test per error message ----------------------------------------------------------
 
 TEST(BiasGeluErrors, InputDtype) {
-  EXPECT_THAT(error_message([] { bias_gelu(at::ones({2, 4}, at::kLong), at::ones({4}, at::kLong), "none"); }),
+  EXPECT_THAT(error_message([] {
+                bias_gelu(at::ones({2, 4}, at::kLong), at::ones({4}, at::kLong), "none");
+              }),
               HasSubstr("bias_gelu: input must be float32 or float64 on CPU (float16 and bfloat16 "
                         "only on CUDA), but got int64"));
 }
 
 TEST(BiasGeluErrors, BiasDtype) {
-  EXPECT_THAT(error_message([] { bias_gelu(at::ones({2, 4}, at::kDouble), at::ones({4}), "none"); }),
+  EXPECT_THAT(error_message([] {
+                bias_gelu(at::ones({2, 4}, at::kDouble), at::ones({4}), "none");
+              }),
               HasSubstr("bias_gelu: bias must have the dtype of input (float64), but got float32"));
 }
 
 TEST(BiasGeluErrors, ZeroDimInput) {
-  EXPECT_THAT(error_message([] { bias_gelu(at::ones({}), at::ones({1}), "none"); }),
-              HasSubstr("bias_gelu: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor"));
+  EXPECT_THAT(
+      error_message([] { bias_gelu(at::ones({}), at::ones({1}), "none"); }),
+      HasSubstr(
+          "bias_gelu: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor"));
 }
 
 TEST(BiasGeluErrors, BiasShape) {
-  EXPECT_THAT(error_message([] { bias_gelu(at::ones({2, 64}), at::ones({32}), "none"); }),
+  EXPECT_THAT(error_message([] {
+                bias_gelu(at::ones({2, 64}), at::ones({32}), "none");
+              }),
               HasSubstr("bias_gelu: bias must have shape [D] = [64], but got [32]"));
 }
 
 TEST(BiasGeluErrors, UnknownApproximate) {
-  EXPECT_THAT(error_message([] { bias_gelu(at::ones({2, 4}), at::ones({4}), "erf"); }),
+  EXPECT_THAT(error_message([] {
+                bias_gelu(at::ones({2, 4}), at::ones({4}), "erf");
+              }),
               HasSubstr("bias_gelu: approximate must be \"none\" or \"tanh\", but got \"erf\""));
 }
 

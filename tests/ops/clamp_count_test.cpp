@@ -102,8 +102,8 @@ TEST_P(ClampCountDevice, BackwardMatchesTorchClamp) {
   const auto g = at::randn({9, 6}, p().options());
   const auto ours = customop::testing::vjp(
       [](const auto& in) { return std::get<0>(clamp_count(in[0], -0.5, 0.75)); }, {x}, g);
-  const auto ref = customop::testing::vjp(
-      [](const auto& in) { return at::clamp(in[0], -0.5, 0.75); }, {x}, g);
+  const auto ref =
+      customop::testing::vjp([](const auto& in) { return at::clamp(in[0], -0.5, 0.75); }, {x}, g);
   EXPECT_TRUE(tensors_equal(ours[0], ref[0]));
   EXPECT_EQ(ours[0][0][0].item<double>(), g[0][0].item<double>());
 }
@@ -115,9 +115,11 @@ TEST_P(ClampCountDevice, CountIsAPlainInt) {
   EXPECT_GE(count, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, ClampCountDevice, ::testing::ValuesIn(customop::testing::cpu_params()),
+INSTANTIATE_TEST_SUITE_P(Cpu, ClampCountDevice,
+                         ::testing::ValuesIn(customop::testing::cpu_params()),
                          customop::testing::param_name);
-INSTANTIATE_TEST_SUITE_P(Cuda, ClampCountDevice, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, ClampCountDevice,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 TEST(ClampCount, MatchesFiniteDifferences) {
@@ -168,7 +170,8 @@ TEST(ClampCount, SamplesPassFiniteDifferences) {
     const double lo = s.args[1].toDouble();
     const double hi = s.args[2].toDouble();
     EXPECT_TRUE(customop::testing::matches_finite_differences(
-        [&](const auto& in) { return std::get<0>(clamp_count(in[0], lo, hi)); }, {s.args[0].toTensor().contiguous()}));
+        [&](const auto& in) { return std::get<0>(clamp_count(in[0], lo, hi)); },
+        {s.args[0].toTensor().contiguous()}));
   }
 }
 
@@ -181,10 +184,13 @@ TEST(ClampCountErrors, InputDtype) {
 }
 
 TEST(ClampCountErrors, MinAboveMax) {
-  EXPECT_THAT(error_message([] { clamp_count(at::ones({3}), 2.0, 1.0); }),
-              HasSubstr("clamp_count: min must be <= max (and neither NaN), but got min = 2 and max = 1"));
-  EXPECT_THAT(error_message([] { clamp_count(at::ones({3}), kNaN, 1.0); }),
-              HasSubstr("clamp_count: min must be <= max (and neither NaN), but got min = nan and max = 1"));
+  EXPECT_THAT(
+      error_message([] { clamp_count(at::ones({3}), 2.0, 1.0); }),
+      HasSubstr("clamp_count: min must be <= max (and neither NaN), but got min = 2 and max = 1"));
+  EXPECT_THAT(
+      error_message([] { clamp_count(at::ones({3}), kNaN, 1.0); }),
+      HasSubstr(
+          "clamp_count: min must be <= max (and neither NaN), but got min = nan and max = 1"));
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 at::Tensor masked_softmax(const at::Tensor& x, const std::optional<at::Tensor>& mask, int64_t dim) {
-  return customop::ops::masked_softmax_op()(MaskedSoftmaxArgs{.input = x, .mask = mask, .dim = dim});
+  return customop::ops::masked_softmax_op()(
+      MaskedSoftmaxArgs{.input = x, .mask = mask, .dim = dim});
 }
 
 // torch.softmax(x.masked_fill(~mask, -inf), dim), then 0 wherever masked (which also clears
@@ -67,8 +68,10 @@ TEST_P(MaskedSoftmaxDevice, ForwardMatchesFloat64Reference) {
     }
     const auto x3 = at::randn({2, n, 5}, p().options());
     const auto m3 = random_mask({2, n, 5});
-    EXPECT_TRUE(tensors_close(masked_softmax(x3, m3, 1), reference(x3.to(at::kDouble), m3, 1), tol));
-    EXPECT_TRUE(tensors_close(masked_softmax(x3, std::nullopt, 1), reference(x3.to(at::kDouble), std::nullopt, 1), tol));
+    EXPECT_TRUE(
+        tensors_close(masked_softmax(x3, m3, 1), reference(x3.to(at::kDouble), m3, 1), tol));
+    EXPECT_TRUE(tensors_close(masked_softmax(x3, std::nullopt, 1),
+                              reference(x3.to(at::kDouble), std::nullopt, 1), tol));
   }
 }
 
@@ -86,7 +89,8 @@ TEST_P(MaskedSoftmaxDevice, FullyMaskedSlicesGiveZeros) {
       const auto mm = dim == 1 ? mask : mask.t().contiguous();
       const auto y = masked_softmax(xx, mm, dim);
       EXPECT_FALSE(y.isnan().any().item<bool>());
-      EXPECT_TRUE(tensors_close(y, reference(xx.to(at::kDouble), mm, dim), tolerance_for(p().dtype)));
+      EXPECT_TRUE(
+          tensors_close(y, reference(xx.to(at::kDouble), mm, dim), tolerance_for(p().dtype)));
     }
     const auto y = masked_softmax(x, mask, 1);
     EXPECT_EQ(y[1].abs().sum().item<double>(), 0.0);
@@ -98,17 +102,18 @@ TEST_P(MaskedSoftmaxDevice, FullyMaskedSlicesGiveZeros) {
 }
 
 TEST_P(MaskedSoftmaxDevice, NonFiniteInputsFollowTorchSoftmax) {
-  const auto x = at::tensor({1.0, kNaN, 3.0, 0.5,      // kept NaN: the row is NaN
-                             1.0, kNaN, 3.0, 0.5,      // masked NaN: ignored
+  const auto x = at::tensor({1.0, kNaN, 3.0, 0.5,         // kept NaN: the row is NaN
+                             1.0, kNaN, 3.0, 0.5,         // masked NaN: ignored
                              -kInf, -kInf, -kInf, -kInf,  // all -inf kept: NaN, as torch
-                             1e4, -1e4, 1e4, 0.0},     // large values stay finite
+                             1e4, -1e4, 1e4, 0.0},        // large values stay finite
                             at::kDouble)
                      .view({4, 4});
   auto mask = at::ones({4, 4}, at::kBool);
   mask[1][1] = false;
   const auto xd = x.to(p().options());
   const auto y = masked_softmax(xd, mask.to(p().device), 1);
-  EXPECT_TRUE(tensors_close(y, reference(x.to(p().dtype).to(at::kDouble), mask, 1), tolerance_for(p().dtype)));
+  EXPECT_TRUE(tensors_close(y, reference(x.to(p().dtype).to(at::kDouble), mask, 1),
+                            tolerance_for(p().dtype)));
   EXPECT_TRUE(y[0].isnan().all().item<bool>());
   EXPECT_FALSE(y[1].isnan().any().item<bool>());
   EXPECT_TRUE(y[2].isnan().all().item<bool>());
@@ -138,7 +143,8 @@ TEST_P(MaskedSoftmaxDevice, ZeroDimAndEmptyInputs) {
   EXPECT_EQ(masked_softmax(scalar, std::nullopt, 0).item<double>(), 1.0);
   EXPECT_EQ(masked_softmax(scalar, bool_scalar(true), -1).item<double>(), 1.0);
   EXPECT_EQ(masked_softmax(scalar, bool_scalar(false), 0).item<double>(), 0.0);
-  EXPECT_EQ(masked_softmax(at::empty({0, 4}, p().options()), std::nullopt, 1).sizes(), at::IntArrayRef({0, 4}));
+  EXPECT_EQ(masked_softmax(at::empty({0, 4}, p().options()), std::nullopt, 1).sizes(),
+            at::IntArrayRef({0, 4}));
   EXPECT_EQ(masked_softmax(at::empty({3, 0}, p().options()), random_mask({3, 0}), 1).sizes(),
             at::IntArrayRef({3, 0}));
 }
@@ -149,14 +155,17 @@ TEST_P(MaskedSoftmaxDevice, BackwardMatchesAutogradOfReference) {
   mask[2].fill_(false);  // a fully masked row
   mask.select(1, 0).index_put_({at::indexing::Slice(3, 5)}, true);
   mask = mask.to(p().device);
-  for (const std::optional<at::Tensor>& m : {std::optional<at::Tensor>{}, std::optional<at::Tensor>{mask}}) {
+  for (const std::optional<at::Tensor>& m :
+       {std::optional<at::Tensor>{}, std::optional<at::Tensor>{mask}}) {
     for (int64_t dim : {1, 0}) {
       SCOPED_TRACE(std::string(m ? "mask" : "no mask") + ", dim " + std::to_string(dim));
       const auto x = at::randn({7, 5}, p().options()).t();
       const auto g = at::randn({5, 7}, p().options());
-      const auto ours = customop::testing::vjp([&](const auto& in) { return masked_softmax(in[0], m, dim); }, {x}, g);
-      const auto ref = customop::testing::vjp([&](const auto& in) { return reference(in[0], m, dim); },
-                                              {x.to(at::kDouble)}, g.to(at::kDouble));
+      const auto ours = customop::testing::vjp(
+          [&](const auto& in) { return masked_softmax(in[0], m, dim); }, {x}, g);
+      const auto ref =
+          customop::testing::vjp([&](const auto& in) { return reference(in[0], m, dim); },
+                                 {x.to(at::kDouble)}, g.to(at::kDouble));
       EXPECT_EQ(ours[0].scalar_type(), p().dtype);
       auto tol = tolerance_for(p().dtype);
       tol.atol *= 10;
@@ -167,9 +176,11 @@ TEST_P(MaskedSoftmaxDevice, BackwardMatchesAutogradOfReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, MaskedSoftmaxDevice, ::testing::ValuesIn(customop::testing::cpu_params()),
+INSTANTIATE_TEST_SUITE_P(Cpu, MaskedSoftmaxDevice,
+                         ::testing::ValuesIn(customop::testing::cpu_params()),
                          customop::testing::param_name);
-INSTANTIATE_TEST_SUITE_P(Cuda, MaskedSoftmaxDevice, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, MaskedSoftmaxDevice,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 class MaskedSoftmaxCuda : public DeviceTest {};
@@ -188,21 +199,27 @@ TEST_P(MaskedSoftmaxCuda, MatchesCpu) {
 
 TEST_P(MaskedSoftmaxCuda, MaskOnAnotherDeviceIsRejected) {
   const auto x = at::randn({2, 4}, p().options());
-  EXPECT_THAT(error_message([&] { masked_softmax(x, at::ones({2, 4}, at::kBool), 1); }),
-              HasSubstr("masked_softmax: mask must be on the same device as input (cuda:0), but got cpu"));
+  EXPECT_THAT(
+      error_message([&] {
+        masked_softmax(x, at::ones({2, 4}, at::kBool), 1);
+      }),
+      HasSubstr("masked_softmax: mask must be on the same device as input (cuda:0), but got cpu"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, MaskedSoftmaxCuda, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, MaskedSoftmaxCuda,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 TEST(MaskedSoftmax, MatchesFiniteDifferences) {
   auto mask = at::rand({3, 6}) < 0.6;
   mask.select(1, 0).fill_(true);
   EXPECT_TRUE(customop::testing::matches_finite_differences(
-      [&](const auto& in) { return masked_softmax(in[0], mask, 1); }, {at::randn({3, 6}, at::kDouble)},
+      [&](const auto& in) { return masked_softmax(in[0], mask, 1); },
+      {at::randn({3, 6}, at::kDouble)},
       /*seed=*/8));
   EXPECT_TRUE(customop::testing::matches_finite_differences(
-      [&](const auto& in) { return masked_softmax(in[0], std::nullopt, 0); }, {at::randn({4, 3}, at::kDouble)},
+      [&](const auto& in) { return masked_softmax(in[0], std::nullopt, 0); },
+      {at::randn({4, 3}, at::kDouble)},
       /*seed=*/9));
 }
 
@@ -226,13 +243,13 @@ TEST(MaskedSoftmax, SamplesIncludeAFullyMaskedRow) {
       if (mask) {
         EXPECT_EQ(mask->scalar_type(), at::kBool);
         for (auto st : mask->strides()) EXPECT_NE(st, 0);
-        fully_masked_row = fully_masked_row ||
-                           mask->expand(x.sizes()).logical_not().all(dim).any().item<bool>();
+        fully_masked_row =
+            fully_masked_row || mask->expand(x.sizes()).logical_not().all(dim).any().item<bool>();
       } else {
         no_mask = true;
       }
-      EXPECT_TRUE(tensors_close(masked_softmax(x, mask, dim), reference(x.to(at::kDouble), mask, dim),
-                                tolerance_for(dtype)));
+      EXPECT_TRUE(tensors_close(masked_softmax(x, mask, dim),
+                                reference(x.to(at::kDouble), mask, dim), tolerance_for(dtype)));
     }
     EXPECT_TRUE(fully_masked_row);
     EXPECT_TRUE(no_mask);
@@ -248,34 +265,45 @@ TEST(MaskedSoftmax, SamplesPassFiniteDifferences) {
     const auto mask = s.args[1].toOptional<at::Tensor>();
     const int64_t dim = s.args[2].toInt();
     EXPECT_TRUE(customop::testing::matches_finite_differences(
-        [&](const auto& in) { return masked_softmax(in[0], mask, dim); }, {s.args[0].toTensor().contiguous()}));
+        [&](const auto& in) { return masked_softmax(in[0], mask, dim); },
+        {s.args[0].toTensor().contiguous()}));
   }
 }
 
 // ---- one test per error message ----------------------------------------------------------
 
 TEST(MaskedSoftmaxErrors, InputDtype) {
-  EXPECT_THAT(error_message([] { masked_softmax(at::ones({2, 3}, at::kInt), std::nullopt, 1); }),
+  EXPECT_THAT(error_message([] {
+                masked_softmax(at::ones({2, 3}, at::kInt), std::nullopt, 1);
+              }),
               HasSubstr("masked_softmax: input must be float32 or float64 on CPU (float16 and "
                         "bfloat16 only on CUDA), but got int32"));
 }
 
 TEST(MaskedSoftmaxErrors, MaskDtype) {
-  EXPECT_THAT(error_message([] { masked_softmax(at::ones({2, 3}), at::ones({2, 3}), 1); }),
+  EXPECT_THAT(error_message([] {
+                masked_softmax(at::ones({2, 3}), at::ones({2, 3}), 1);
+              }),
               HasSubstr("masked_softmax: mask must be a bool tensor, but got float32"));
 }
 
 TEST(MaskedSoftmaxErrors, MaskShape) {
-  EXPECT_THAT(error_message([] { masked_softmax(at::ones({2, 3}), at::ones({4}, at::kBool), 1); }),
+  EXPECT_THAT(error_message([] {
+                masked_softmax(at::ones({2, 3}), at::ones({4}, at::kBool), 1);
+              }),
               HasSubstr("masked_softmax: mask must have input's shape [2, 3] or one broadcastable "
                         "to it, but got [4]"));
-  EXPECT_THAT(error_message([] { masked_softmax(at::ones({3}), at::ones({2, 3}, at::kBool), 0); }),
+  EXPECT_THAT(error_message([] {
+                masked_softmax(at::ones({3}), at::ones({2, 3}, at::kBool), 0);
+              }),
               HasSubstr("masked_softmax: mask must have input's shape [3] or one broadcastable "
                         "to it, but got [2, 3]"));
 }
 
 TEST(MaskedSoftmaxErrors, DimOutOfRange) {
-  EXPECT_THAT(error_message([] { masked_softmax(at::ones({2, 3}), std::nullopt, -3); }),
+  EXPECT_THAT(error_message([] {
+                masked_softmax(at::ones({2, 3}), std::nullopt, -3);
+              }),
               HasSubstr("masked_softmax: dim must be in [-2, 1] for a 2-d input, but got -3"));
 }
 

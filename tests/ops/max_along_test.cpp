@@ -21,7 +21,8 @@ using customop::testing::tensors_close;
 using customop::testing::tensors_equal;
 using ::testing::HasSubstr;
 
-std::tuple<at::Tensor, at::Tensor> max_along(const at::Tensor& x, int64_t dim, bool keepdim = false) {
+std::tuple<at::Tensor, at::Tensor> max_along(const at::Tensor& x, int64_t dim,
+                                             bool keepdim = false) {
   return customop::ops::max_along_op()(MaxAlongArgs{.input = x, .dim = dim, .keepdim = keepdim});
 }
 
@@ -62,8 +63,10 @@ TEST_P(MaxAlongDevice, ForwardMatchesTorchMax) {
 }
 
 TEST_P(MaxAlongDevice, TiesGiveTheFirstIndex) {
-  const auto x = at::tensor({1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 5.0, 5.0, -1.0, -1.0, 0.0, 0.0},
-                            at::kDouble).view({3, 4}).to(p().options());
+  const auto x =
+      at::tensor({1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 5.0, 5.0, -1.0, -1.0, 0.0, 0.0}, at::kDouble)
+          .view({3, 4})
+          .to(p().options());
   const auto [v, i] = max_along(x, 1);
   EXPECT_TRUE(tensors_equal(i.cpu(), at::tensor({1, 0, 2}, at::kLong)));
   EXPECT_TRUE(matches_torch_max(x, 1, false));
@@ -82,9 +85,10 @@ TEST_P(MaxAlongDevice, TiesGiveTheFirstIndex) {
 TEST_P(MaxAlongDevice, NaNWinsAtItsFirstPosition) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  const auto x = at::tensor({1.0, nan, 3.0, nan, -inf, -inf, -inf, -inf, inf, 2.0, nan, inf}, at::kDouble)
-                     .view({3, 4})
-                     .to(p().options());
+  const auto x =
+      at::tensor({1.0, nan, 3.0, nan, -inf, -inf, -inf, -inf, inf, 2.0, nan, inf}, at::kDouble)
+          .view({3, 4})
+          .to(p().options());
   const auto [v, i] = max_along(x, 1);
   EXPECT_TRUE(tensors_equal(i.cpu(), at::tensor({1, 0, 2}, at::kLong)));
   EXPECT_TRUE(std::isnan(v[0].item<double>()));
@@ -163,7 +167,8 @@ TEST_P(MaxAlongDevice, IndicesAreNotDifferentiable) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, MaxAlongDevice, ::testing::ValuesIn(customop::testing::cpu_params()),
                          customop::testing::param_name);
-INSTANTIATE_TEST_SUITE_P(Cuda, MaxAlongDevice, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, MaxAlongDevice,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 TEST(MaxAlong, MatchesFiniteDifferences) {
@@ -218,21 +223,28 @@ TEST(MaxAlong, SamplesPassFiniteDifferences) {
 // ---- one test per error message ----------------------------------------------------------
 
 TEST(MaxAlongErrors, InputDtype) {
-  EXPECT_THAT(error_message([] { max_along(at::ones({2, 3}, at::kInt), 1); }),
+  EXPECT_THAT(error_message([] {
+                max_along(at::ones({2, 3}, at::kInt), 1);
+              }),
               HasSubstr("max_along: input must be float32 or float64 on CPU (float16 and bfloat16 "
                         "only on CUDA), but got int32"));
 }
 
 TEST(MaxAlongErrors, DimOutOfRange) {
-  EXPECT_THAT(error_message([] { max_along(at::ones({2, 3}), 2); }),
+  EXPECT_THAT(error_message([] {
+                max_along(at::ones({2, 3}), 2);
+              }),
               HasSubstr("max_along: dim must be in [-2, 1] for a 2-d input, but got 2"));
   EXPECT_THAT(error_message([] { max_along(at::ones({}), -2); }),
               HasSubstr("max_along: dim must be in [-1, 0] for a 0-d input, but got -2"));
 }
 
 TEST(MaxAlongErrors, EmptyReducedDim) {
-  EXPECT_THAT(error_message([] { max_along(at::ones({3, 0}), -1); }),
-              HasSubstr("max_along: input must have a non-empty dim -1 to reduce, but got shape [3, 0]"));
+  EXPECT_THAT(
+      error_message([] {
+        max_along(at::ones({3, 0}), -1);
+      }),
+      HasSubstr("max_along: input must have a non-empty dim -1 to reduce, but got shape [3, 0]"));
 }
 
 }  // namespace

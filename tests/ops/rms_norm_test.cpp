@@ -35,8 +35,8 @@ TEST_P(RmsNormDevice, ForwardMatchesFloat64Reference) {
   const uint64_t seed = 11;
   SCOPED_TRACE("seed " + std::to_string(seed));
   torch::manual_seed(seed);
-  for (int64_t d : {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1023, 1024,
-                    1025, 4097}) {
+  for (int64_t d :
+       {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1023, 1024, 1025, 4097}) {
     for (std::vector<int64_t> lead : {std::vector<int64_t>{}, {1}, {5}, {2, 3}}) {
       auto shape = lead;
       shape.push_back(d);
@@ -56,7 +56,8 @@ TEST_P(RmsNormDevice, ManyRowsInParallel) {
   torch::manual_seed(12);
   const auto x = at::randn({257, 1031}, p().options());
   const auto w = at::randn({1031}, p().options());
-  EXPECT_TRUE(tensors_close(rms_norm(x, w, 1e-5), reference(x.to(at::kDouble), w.to(at::kDouble), 1e-5),
+  EXPECT_TRUE(tensors_close(rms_norm(x, w, 1e-5),
+                            reference(x.to(at::kDouble), w.to(at::kDouble), 1e-5),
                             tolerance_for(p().dtype)));
 }
 
@@ -98,9 +99,9 @@ TEST_P(RmsNormDevice, BackwardMatchesAutogradOfReference) {
     const auto g = at::randn({3, 2, d}, p().options());
     const auto ours = customop::testing::vjp(
         [](const auto& in) { return rms_norm(in[0], in[1], 1e-5); }, {x, w}, g);
-    const auto ref = customop::testing::vjp(
-        [](const auto& in) { return reference(in[0], in[1], 1e-5); },
-        {x.to(at::kDouble), w.to(at::kDouble)}, g.to(at::kDouble));
+    const auto ref =
+        customop::testing::vjp([](const auto& in) { return reference(in[0], in[1], 1e-5); },
+                               {x.to(at::kDouble), w.to(at::kDouble)}, g.to(at::kDouble));
     // A reduction of D products in the weight grad: loosen the float32 tolerance with D.
     auto tol = tolerance_for(p().dtype);
     tol.atol *= 10;
@@ -132,8 +133,9 @@ TEST_P(RmsNormCuda, MatchesCpu) {
 
 TEST_P(RmsNormCuda, WeightOnAnotherDeviceIsRejected) {
   const auto x = at::randn({2, 4}, p().options());
-  EXPECT_THAT(error_message([&] { rms_norm(x, at::ones({4}, p().dtype)); }),
-              HasSubstr("rms_norm: weight must be on the same device as input (cuda:0), but got cpu"));
+  EXPECT_THAT(
+      error_message([&] { rms_norm(x, at::ones({4}, p().dtype)); }),
+      HasSubstr("rms_norm: weight must be on the same device as input (cuda:0), but got cpu"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, RmsNormCuda, ::testing::ValuesIn(customop::testing::cuda_params()),
@@ -170,7 +172,8 @@ TEST(RmsNorm, SamplesRunForward) {
         EXPECT_EQ(t.scalar_type(), dtype);
         for (auto st : t.strides()) EXPECT_NE(st, 0);
       }
-      EXPECT_TRUE(tensors_close(rms_norm(x, w, eps), reference(x.to(at::kDouble), w.to(at::kDouble), eps),
+      EXPECT_TRUE(tensors_close(rms_norm(x, w, eps),
+                                reference(x.to(at::kDouble), w.to(at::kDouble), eps),
                                 tolerance_for(dtype)));
     }
   }
@@ -192,32 +195,46 @@ TEST(RmsNorm, SamplesPassFiniteDifferences) {
 // ---- one test per error message ----------------------------------------------------------
 
 TEST(RmsNormErrors, InputDtype) {
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({2, 4}, at::kInt), at::ones({4}, at::kInt)); }),
+  EXPECT_THAT(error_message([] {
+                rms_norm(at::ones({2, 4}, at::kInt), at::ones({4}, at::kInt));
+              }),
               HasSubstr("rms_norm: input must be float32 or float64 on CPU (float16 and bfloat16 "
                         "only on CUDA), but got int32"));
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({2, 4}, at::kHalf), at::ones({4}, at::kHalf)); }),
+  EXPECT_THAT(error_message([] {
+                rms_norm(at::ones({2, 4}, at::kHalf), at::ones({4}, at::kHalf));
+              }),
               HasSubstr("rms_norm: input must be float32 or float64 on CPU"));
 }
 
 TEST(RmsNormErrors, WeightDtype) {
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({2, 4}), at::ones({4}, at::kDouble)); }),
-              HasSubstr("rms_norm: weight must have the dtype of input (float32), but got float64"));
+  EXPECT_THAT(
+      error_message([] {
+        rms_norm(at::ones({2, 4}), at::ones({4}, at::kDouble));
+      }),
+      HasSubstr("rms_norm: weight must have the dtype of input (float32), but got float64"));
 }
 
 TEST(RmsNormErrors, ZeroDimInput) {
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({}), at::ones({1})); }),
-              HasSubstr("rms_norm: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor"));
+  EXPECT_THAT(
+      error_message([] { rms_norm(at::ones({}), at::ones({1})); }),
+      HasSubstr("rms_norm: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor"));
 }
 
 TEST(RmsNormErrors, WeightShape) {
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({2, 64}), at::ones({32})); }),
+  EXPECT_THAT(error_message([] {
+                rms_norm(at::ones({2, 64}), at::ones({32}));
+              }),
               HasSubstr("rms_norm: weight must have shape [D] = [64], but got [32]"));
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({2, 4}), at::ones({1, 4})); }),
+  EXPECT_THAT(error_message([] {
+                rms_norm(at::ones({2, 4}), at::ones({1, 4}));
+              }),
               HasSubstr("rms_norm: weight must have shape [D] = [4], but got [1, 4]"));
 }
 
 TEST(RmsNormErrors, NegativeEps) {
-  EXPECT_THAT(error_message([] { rms_norm(at::ones({2, 4}), at::ones({4}), -1.0); }),
+  EXPECT_THAT(error_message([] {
+                rms_norm(at::ones({2, 4}), at::ones({4}), -1.0);
+              }),
               HasSubstr("rms_norm: eps must be >= 0, but got -1"));
 }
 

@@ -47,7 +47,8 @@ std::vector<at::Tensor> contiguous(const std::vector<at::Tensor>& xs) {
 
 std::vector<double> some_weights(size_t k) {
   std::vector<double> w;
-  for (size_t i = 0; i < k; ++i) w.push_back(0.25 + 0.5 * static_cast<double>(i) * (i % 2 ? -1 : 1));
+  for (size_t i = 0; i < k; ++i)
+    w.push_back(0.25 + 0.5 * static_cast<double>(i) * (i % 2 ? -1 : 1));
   return w;
 }
 
@@ -104,9 +105,10 @@ TEST_P(WeightedSumDevice, BackwardMatchesAutogradOfReference) {
                                       at::randn({3, 8}, p().options()).slice(1, 0, 8, 2)};
   const std::vector<double> w = {0.5, -2.0, 3.0};
   const auto g = at::randn({3, 4}, p().options());
-  const auto ours = customop::testing::vjp([&](const auto& in) { return weighted_sum(in, w); }, xs, g);
-  const auto ref =
-      customop::testing::vjp([&](const auto& in) { return reference(in, w); }, to_double(xs), g.to(at::kDouble));
+  const auto ours =
+      customop::testing::vjp([&](const auto& in) { return weighted_sum(in, w); }, xs, g);
+  const auto ref = customop::testing::vjp([&](const auto& in) { return reference(in, w); },
+                                          to_double(xs), g.to(at::kDouble));
   for (size_t k = 0; k < xs.size(); ++k) {
     SCOPED_TRACE("inputs[" + std::to_string(k) + "]");
     EXPECT_EQ(ours[k].scalar_type(), p().dtype);
@@ -114,9 +116,11 @@ TEST_P(WeightedSumDevice, BackwardMatchesAutogradOfReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, WeightedSumDevice, ::testing::ValuesIn(customop::testing::cpu_params()),
+INSTANTIATE_TEST_SUITE_P(Cpu, WeightedSumDevice,
+                         ::testing::ValuesIn(customop::testing::cpu_params()),
                          customop::testing::param_name);
-INSTANTIATE_TEST_SUITE_P(Cuda, WeightedSumDevice, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, WeightedSumDevice,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 class WeightedSumCuda : public DeviceTest {};
@@ -136,18 +140,25 @@ TEST_P(WeightedSumCuda, MatchesCpu) {
 
 TEST_P(WeightedSumCuda, InputOnAnotherDeviceIsRejected) {
   const auto x = at::randn({4}, p().options());
-  EXPECT_THAT(error_message([&] { weighted_sum({x, at::ones({4}, p().dtype)}, {1.0, 1.0}); }),
+  EXPECT_THAT(error_message([&] {
+                weighted_sum({x, at::ones({4}, p().dtype)}, {1.0, 1.0});
+              }),
               HasSubstr("weighted_sum: inputs[1] must be on the same device as inputs[0] "
                         "(cuda:0), but got cpu"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, WeightedSumCuda, ::testing::ValuesIn(customop::testing::cuda_params()),
+INSTANTIATE_TEST_SUITE_P(Cuda, WeightedSumCuda,
+                         ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
 TEST(WeightedSum, MatchesFiniteDifferences) {
-  const std::vector<at::Tensor> xs = {at::randn({3, 4}, at::kDouble), at::randn({3, 4}, at::kDouble)};
+  const std::vector<at::Tensor> xs = {at::randn({3, 4}, at::kDouble),
+                                      at::randn({3, 4}, at::kDouble)};
   EXPECT_TRUE(customop::testing::matches_finite_differences(
-      [](const auto& in) { return weighted_sum(in, {0.75, -1.5}); }, xs, /*seed=*/6));
+      [](const auto& in) {
+        return weighted_sum(in, {0.75, -1.5});
+      },
+      xs, /*seed=*/6));
 }
 
 TEST(WeightedSum, SamplesRunForward) {
@@ -166,7 +177,8 @@ TEST(WeightedSum, SamplesRunForward) {
         EXPECT_EQ(t.scalar_type(), dtype);
         for (auto st : t.strides()) EXPECT_NE(st, 0);
       }
-      EXPECT_TRUE(tensors_close(weighted_sum(xs, w), reference(to_double(xs), w), tolerance_for(dtype)));
+      EXPECT_TRUE(
+          tensors_close(weighted_sum(xs, w), reference(to_double(xs), w), tolerance_for(dtype)));
     }
   }
 }
@@ -179,7 +191,8 @@ TEST(WeightedSum, SamplesPassFiniteDifferences) {
     // the samples are covered by the forward tests above.
     const auto w = s.args[1].toDoubleVector();
     EXPECT_TRUE(customop::testing::matches_finite_differences(
-        [&](const auto& in) { return weighted_sum(in, w); }, contiguous(s.args[0].toTensorVector())));
+        [&](const auto& in) { return weighted_sum(in, w); },
+        contiguous(s.args[0].toTensorVector())));
   }
 }
 
@@ -201,22 +214,29 @@ TEST(WeightedSumErrors, InputDtype) {
 }
 
 TEST(WeightedSumErrors, MixedDtypes) {
-  EXPECT_THAT(error_message([] { weighted_sum({at::ones({2}), at::ones({2}, at::kDouble)}, {1.0, 1.0}); }),
-              HasSubstr("weighted_sum: inputs[1] must have the dtype of inputs[0] (float32), but got float64"));
+  EXPECT_THAT(
+      error_message([] {
+        weighted_sum({at::ones({2}), at::ones({2}, at::kDouble)}, {1.0, 1.0});
+      }),
+      HasSubstr(
+          "weighted_sum: inputs[1] must have the dtype of inputs[0] (float32), but got float64"));
 }
 
 TEST(WeightedSumErrors, MixedShapes) {
-  EXPECT_THAT(error_message([] {
-                weighted_sum({at::ones({4, 5}), at::ones({4, 5}), at::ones({4, 6})}, {1.0, 1.0, 1.0});
-              }),
-              HasSubstr("weighted_sum: inputs[2] must have the shape of inputs[0] = [4, 5], but got [4, 6]"));
+  EXPECT_THAT(
+      error_message([] {
+        weighted_sum({at::ones({4, 5}), at::ones({4, 5}), at::ones({4, 6})}, {1.0, 1.0, 1.0});
+      }),
+      HasSubstr(
+          "weighted_sum: inputs[2] must have the shape of inputs[0] = [4, 5], but got [4, 6]"));
 }
 
 TEST(WeightedSumErrors, WeightsLength) {
-  EXPECT_THAT(error_message([] {
-                weighted_sum({at::ones({2}), at::ones({2}), at::ones({2})}, {1.0, 2.0});
-              }),
-              HasSubstr("weighted_sum: weights must have one entry per tensor in inputs (3), but got 2"));
+  EXPECT_THAT(
+      error_message([] {
+        weighted_sum({at::ones({2}), at::ones({2}), at::ones({2})}, {1.0, 2.0});
+      }),
+      HasSubstr("weighted_sum: weights must have one entry per tensor in inputs (3), but got 2"));
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ namespace customop::testing {
 /// |analytical - numerical| <= atol + rtol * |numerical| everywhere.
 inline ::testing::AssertionResult matches_finite_differences(
     const std::function<at::Tensor(const std::vector<at::Tensor>&)>& fn,
-    const std::vector<at::Tensor>& inputs, uint64_t seed = 0, double eps = 1e-6,
-    double atol = 1e-6, double rtol = 1e-4) {
+    const std::vector<at::Tensor>& inputs, uint64_t seed = 0, double eps = 1e-6, double atol = 1e-6,
+    double rtol = 1e-4) {
   std::vector<at::Tensor> leaves;
   std::vector<at::Tensor> wrt;
   for (const auto& t : inputs) {
@@ -40,9 +40,8 @@ inline ::testing::AssertionResult matches_finite_differences(
   auto out = fn(leaves);
   auto gen = at::detail::createCPUGenerator(seed);
   const auto w = at::randn(out.sizes(), gen, out.options().requires_grad(false));
-  const auto analytical =
-      torch::autograd::grad({(out * w).sum()}, wrt, {}, /*retain_graph=*/false,
-                            /*create_graph=*/false, /*allow_unused=*/true);
+  const auto analytical = torch::autograd::grad({(out * w).sum()}, wrt, {}, /*retain_graph=*/false,
+                                                /*create_graph=*/false, /*allow_unused=*/true);
   at::NoGradGuard no_grad;
   auto loss = [&] { return (fn(leaves) * w).sum().item<double>(); };
   for (size_t i = 0; i < wrt.size(); ++i) {
@@ -55,12 +54,12 @@ inline ::testing::AssertionResult matches_finite_differences(
       const double minus = loss();
       flat[j].fill_(orig);
       const double numerical = (plus - minus) / (2 * eps);
-      const double a = analytical[i].defined() ? analytical[i].reshape({-1})[j].item<double>() : 0.0;
+      const double a =
+          analytical[i].defined() ? analytical[i].reshape({-1})[j].item<double>() : 0.0;
       if (std::abs(a - numerical) > atol + rtol * std::abs(numerical)) {
         return ::testing::AssertionFailure()
-               << "gradient mismatch for input " << i << " at flat index " << j
-               << ": numerical " << numerical << ", analytical " << a << " (seed " << seed
-               << ", eps " << eps << ")";
+               << "gradient mismatch for input " << i << " at flat index " << j << ": numerical "
+               << numerical << ", analytical " << a << " (seed " << seed << ", eps " << eps << ")";
       }
     }
   }

@@ -19,26 +19,21 @@ struct Tolerance {
 
 inline Tolerance tolerance_for(c10::ScalarType dtype) {
   switch (dtype) {
-    case at::kDouble:
-      return {1e-12, 1e-12};
-    case at::kFloat:
-      return {1e-5, 1e-5};
-    case at::kHalf:
-      return {2e-3, 2e-3};
-    case at::kBFloat16:
-      return {2e-2, 2e-2};
-    default:
-      return {0, 0};
+    case at::kDouble: return {1e-12, 1e-12};
+    case at::kFloat: return {1e-5, 1e-5};
+    case at::kHalf: return {2e-3, 2e-3};
+    case at::kBFloat16: return {2e-2, 2e-2};
+    default: return {0, 0};
   }
 }
 
 /// Same shape, and |actual - expected| <= atol + rtol * |expected| everywhere (NaN matches
 /// NaN, inf matches an equal inf); compared in float64 on the CPU.
-inline ::testing::AssertionResult tensors_close(const at::Tensor& actual, const at::Tensor& expected,
-                                              Tolerance tol) {
+inline ::testing::AssertionResult tensors_close(const at::Tensor& actual,
+                                                const at::Tensor& expected, Tolerance tol) {
   if (actual.sizes() != expected.sizes()) {
-    return ::testing::AssertionFailure() << "shape " << actual.sizes() << " != expected "
-                                       << expected.sizes();
+    return ::testing::AssertionFailure()
+           << "shape " << actual.sizes() << " != expected " << expected.sizes();
   }
   if (actual.numel() == 0) return ::testing::AssertionSuccess();
   const at::Tensor a = actual.detach().to(at::kCPU, at::kDouble).contiguous();
@@ -49,18 +44,19 @@ inline ::testing::AssertionResult tensors_close(const at::Tensor& actual, const 
   if (!bad.any().item<bool>()) return ::testing::AssertionSuccess();
   const int64_t idx = bad.flatten().nonzero()[0].item<int64_t>();
   std::ostringstream msg;
-  msg << bad.sum().item<int64_t>() << " of " << a.numel() << " elements differ (rtol "
-      << tol.rtol << ", atol " << tol.atol << "); first at flat index " << idx << ": got "
+  msg << bad.sum().item<int64_t>() << " of " << a.numel() << " elements differ (rtol " << tol.rtol
+      << ", atol " << tol.atol << "); first at flat index " << idx << ": got "
       << a.flatten()[idx].item<double>() << ", expected " << e.flatten()[idx].item<double>()
       << "; max abs error " << err.nan_to_num(0).max().item<double>();
   return ::testing::AssertionFailure() << msg.str();
 }
 
 /// Same shape, dtype and values (NaN == NaN), bit for bit.
-inline ::testing::AssertionResult tensors_equal(const at::Tensor& actual, const at::Tensor& expected) {
+inline ::testing::AssertionResult tensors_equal(const at::Tensor& actual,
+                                                const at::Tensor& expected) {
   if (actual.scalar_type() != expected.scalar_type()) {
-    return ::testing::AssertionFailure() << "dtype " << actual.scalar_type() << " != expected "
-                                       << expected.scalar_type();
+    return ::testing::AssertionFailure()
+           << "dtype " << actual.scalar_type() << " != expected " << expected.scalar_type();
   }
   return tensors_close(actual, expected, {0, 0});
 }

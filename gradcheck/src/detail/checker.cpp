@@ -34,7 +34,7 @@ struct UndefinedGradFunction : torch::autograd::Function<UndefinedGradFunction> 
     return x.clone();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list) {
+                                                 const torch::autograd::variable_list&) {
     return {at::Tensor()};
   }
 };
@@ -70,9 +70,8 @@ struct BlockCompare {
 };
 
 BlockCompare compare_block(const at::Tensor& num, const at::Tensor& ana, const at::Tensor& err,
-                           const at::Tensor& left, const at::Tensor& right,
-                           const Tolerances& tol, bool detect_nd, c10::IntArrayRef out_sizes,
-                           c10::IntArrayRef in_sizes) {
+                           const at::Tensor& left, const at::Tensor& right, const Tolerances& tol,
+                           bool detect_nd, c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes) {
   BlockCompare out;
   PairReport& p = out.pair;
   const at::Tensor diff = (ana - num).abs();
@@ -121,7 +120,8 @@ BlockCompare compare_block(const at::Tensor& num, const at::Tensor& ana, const a
   }
   p.worst = element(pick.reshape({-1}).argmax().item<int64_t>());
   if (p.nondifferentiable_entries > 0) {
-    out.worst_nd = element(at::where(nd, score, at::full_like(score, -1.0)).reshape({-1}).argmax().item<int64_t>());
+    out.worst_nd = element(
+        at::where(nd, score, at::full_like(score, -1.0)).reshape({-1}).argmax().item<int64_t>());
   }
   return out;
 }
@@ -157,8 +157,8 @@ std::vector<at::Tensor> vjp(const std::vector<at::Tensor>& outputs,
 void add_failure(GradcheckResult& result, Check check, bool second_order, int output, int input,
                  std::string headline, std::string detail) {
   if (second_order) headline = "second order: " + headline;
-  result.failures.push_back({check, second_order, output, input, std::move(headline),
-                             std::move(detail)});
+  result.failures.push_back(
+      {check, second_order, output, input, std::move(headline), std::move(detail)});
   result.passed = false;
 }
 
@@ -194,7 +194,8 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
   c.output_names = f.output_names();
   for (std::size_t o = 0; o < c.outputs.size(); ++o) {
     const auto& y = c.outputs[o];
-    if (y.defined() && at::isFloatingType(y.scalar_type()) && y.requires_grad()) c.diff.push_back(o);
+    if (y.defined() && at::isFloatingType(y.scalar_type()) && y.requires_grad())
+      c.diff.push_back(o);
   }
   auto out_name = [&](std::size_t o) {
     return o < c.output_names.size() ? c.output_names[o] : "output " + std::to_string(o);
@@ -235,11 +236,13 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
           try {
             at::NoGradGuard no_grad;
             std::vector<at::Tensor> p64;
+            p64.reserve(point.size());
             for (const auto& p : point) p64.push_back(clone_like(p, at::kDouble));
             auto outs = f.eval_reference(p64);
             bool all_double = true;
             for (const auto& o : outs) {
-              if (o.defined() && at::isFloatingType(o.scalar_type()) && o.scalar_type() != at::kDouble) {
+              if (o.defined() && at::isFloatingType(o.scalar_type()) &&
+                  o.scalar_type() != at::kDouble) {
                 all_double = false;
               }
             }
@@ -266,10 +269,10 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
     }
   }
   if (!so) result.method = method;
-  const std::string steps =
-      rule.ridders ? "Ridders steps " + short_sci(rule.initial) + " * max(1, |x|) / " +
-                         short_sci(rule.shrink) + "^k, " + std::to_string(rule.levels) + " levels"
-                   : "eps " + short_sci(rule.eps);
+  const std::string steps = rule.ridders ? "Ridders steps " + short_sci(rule.initial) +
+                                               " * max(1, |x|) / " + short_sci(rule.shrink) +
+                                               "^k, " + std::to_string(rule.levels) + " levels"
+                                         : "eps " + short_sci(rule.eps);
 
   Numerical num(f, point, reference, rule, std::move(reference_base));
   num.set_input_names(f.input_names);
@@ -280,6 +283,7 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
     if (reference) {
       at::NoGradGuard no_grad;
       std::vector<at::Tensor> copies;
+      copies.reserve(point.size());
       for (const auto& p : point) copies.push_back(clone_like(p));
       plain = f.eval(copies);
     } else {
@@ -297,8 +301,9 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
         fail(Check::kForwardGradMode, -1, -1,
              "forward output " + std::to_string(o) + " ('" + out_name(o) +
                  "') differs with and without grad mode",
-             "  max |difference| " + sci(worst) + "; the Jacobian check needs a deterministic "
-             "forward that ignores grad mode");
+             "  max |difference| " + sci(worst) +
+                 "; the Jacobian check needs a deterministic "
+                 "forward that ignores grad mode");
       }
     }
   }
@@ -334,8 +339,9 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
                "Numerical gradient for output " + std::to_string(o) + " with respect to " +
                    in_label(j) + " expected to be zero",
                "  no output requires grad (none is connected to an input that requires grad), "
-               "yet perturbing '" + f.input_names[j] + "' changes output " + std::to_string(o) +
-                   " ('" + out_name(o) + "'): max |numerical derivative| " + sci(worst));
+               "yet perturbing '" +
+                   f.input_names[j] + "' changes output " + std::to_string(o) + " ('" +
+                   out_name(o) + "'): max |numerical derivative| " + sci(worst));
         }
       }
     } catch (const UnstableOutputs& e) {
@@ -350,6 +356,19 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
   const std::size_t num_outputs = c.diff.size();
   std::vector<at::Tensor> diff_outputs;
   for (auto o : c.diff) diff_outputs.push_back(c.outputs[o]);
+
+  if (cfg.mode == Mode::kSlow) {
+    std::int64_t in_elems = 0, out_elems = 0;
+    for (const auto& l : c.leaves) in_elems += l.numel();
+    for (const auto& y : diff_outputs) out_elems += y.numel();
+    const double entries = static_cast<double>(in_elems) * static_cast<double>(out_elems);
+    TORCH_CHECK_VALUE(entries <= static_cast<double>(cfg.max_jacobian_entries),
+                      "slow mode would build Jacobians of ", in_elems, " input elements x ",
+                      out_elems, " output elements = ", entries, " entries (", in_elems,
+                      " forward pairs, ", out_elems,
+                      " VJPs), above max_jacobian_entries = ", cfg.max_jacobian_entries,
+                      "; use fast mode (Mode::kFast, --mode fast) or smaller sample inputs");
+  }
 
   // Grad metadata: recorded once per input, reported after the Jacobian failures.
   std::vector<std::pair<int, std::string>> metadata_issues;
@@ -445,19 +464,24 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
     return b;
   };
 
-  auto keep = [&](const PairReport& p) { return cfg.keep_jacobians || (!p.passed && p.entries <= (int64_t{1} << 22)); };
+  auto keep = [&](const PairReport& p) {
+    return cfg.keep_jacobians || (!p.passed && p.entries <= (int64_t{1} << 22));
+  };
 
-  auto report_pair = [&](BlockCompare& bc, std::size_t i, std::size_t j, const std::string& fast_detail) {
+  auto report_pair = [&](BlockCompare& bc, std::size_t i, std::size_t j,
+                         const std::string& fast_detail) {
     PairReport& p = bc.pair;
     const std::string on = out_name(c.diff[i]);
     const std::string& in = f.input_names[j];
     if (p.passed) {
       if (!fast_detail.empty()) {
         // Fast mode flagged the pair, but no single entry is out of tolerance.
-        fail(Check::kJacobian, static_cast<int>(i), static_cast<int>(j),
-             "Jacobian mismatch for output " + std::to_string(i) + " with respect to " + in_label(j),
-             fast_detail + "\n  slow mode on this pair found every entry within tolerance (the "
-             "projection adds up many small errors)");
+        fail(
+            Check::kJacobian, static_cast<int>(i), static_cast<int>(j),
+            "Jacobian mismatch for output " + std::to_string(i) + " with respect to " + in_label(j),
+            fast_detail +
+                "\n  slow mode on this pair found every entry within tolerance (the "
+                "projection adds up many small errors)");
       }
       return;
     }
@@ -503,10 +527,10 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
           for (std::size_t i = 0; i < num_outputs; ++i) {
             const auto [r0, r1] = num.rows(c.diff[i]);
             const auto& y = diff_outputs[i];
-            BlockCompare bc = compare_block(
-                nb.value.slice(0, r0, r1), ana[i][j], nb.error.slice(0, r0, r1),
-                nb.left.slice(0, r0, r1), nb.right.slice(0, r0, r1), cfg.tol,
-                cfg.detect_nondifferentiable, y.sizes(), c.leaves[j].sizes());
+            BlockCompare bc =
+                compare_block(nb.value.slice(0, r0, r1), ana[i][j], nb.error.slice(0, r0, r1),
+                              nb.left.slice(0, r0, r1), nb.right.slice(0, r0, r1), cfg.tol,
+                              cfg.detect_nondifferentiable, y.sizes(), c.leaves[j].sizes());
             bc.pair.output = static_cast<int>(i);
             bc.pair.input = static_cast<int>(j);
             bc.pair.output_name = out_name(c.diff[i]);
@@ -584,7 +608,8 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
             p.projected = true;
             p.entries = 1;
             const double abs_err = std::abs(numerical - analytical);
-            const double tolerance = cfg.tol.atol + cfg.tol.rtol * std::abs(numerical) + e.error.item<double>();
+            const double tolerance =
+                cfg.tol.atol + cfg.tol.rtol * std::abs(numerical) + e.error.item<double>();
             p.passed = abs_err <= tolerance;
             p.bad_entries = p.passed ? 0 : 1;
             p.worst_abs_error = abs_err;
@@ -660,6 +685,7 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
   // Zero in, zero out.
   if (cfg.check_grad_output_scaling && !backward_failed) {
     std::vector<at::Tensor> zeros;
+    zeros.reserve(diff_outputs.size());
     for (const auto& y : diff_outputs) zeros.push_back(at::zeros_like(y).requires_grad_(false));
     try {
       const auto grads = vjp(diff_outputs, zeros, c.leaves, result.counts);
@@ -697,7 +723,8 @@ Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
         wrapped.push_back(undefined[i] ? UndefinedGradFunction::apply(y) : y);
         zeros.push_back(at::zeros_like(y).requires_grad_(false));
         if (undefined[i]) {
-          which += (which.empty() ? "" : ", ") + std::to_string(i) + " ('" + out_name(c.diff[i]) + "')";
+          which +=
+              (which.empty() ? "" : ", ") + std::to_string(i) + " ('" + out_name(c.diff[i]) + "')";
         }
       }
       const bool all = std::count(undefined.begin(), undefined.end(), true) ==

@@ -27,6 +27,7 @@ struct CheckConfig {
   bool check_forward_grad_mode = true;
   bool detect_nondifferentiable = true;
   bool keep_jacobians = false;
+  std::int64_t max_jacobian_entries = std::int64_t{1} << 24;
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
   double ridders_initial_step = 1e-2;
   double ridders_shrink = 2.0;
@@ -36,9 +37,9 @@ struct CheckConfig {
 
 /// What the first-order pass leaves for the passes after it.
 struct Checked {
-  std::vector<at::Tensor> leaves;       // the inputs that required grad (fresh leaves)
-  std::vector<at::Tensor> outputs;      // f(leaves) under grad mode, flat
-  std::vector<std::size_t> diff;        // indices of the differentiable outputs in `outputs`
+  std::vector<at::Tensor> leaves;   // the inputs that required grad (fresh leaves)
+  std::vector<at::Tensor> outputs;  // f(leaves) under grad mode, flat
+  std::vector<std::size_t> diff;    // indices of the differentiable outputs in `outputs`
   std::vector<std::string> output_names;
 };
 

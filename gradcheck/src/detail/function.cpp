@@ -29,8 +29,7 @@ std::vector<Slot> find_slots(const torch::jit::Stack& args,
                              const std::vector<std::string>& arg_names) {
   std::vector<Slot> slots;
   auto name_of = [&](std::size_t i) {
-    return i < arg_names.size() && !arg_names[i].empty() ? arg_names[i]
-                                                         : "arg" + std::to_string(i);
+    return i < arg_names.size() && !arg_names[i].empty() ? arg_names[i] : "arg" + std::to_string(i);
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& v = args[i];
@@ -61,8 +60,7 @@ torch::jit::Stack substitute(const torch::jit::Stack& args, const std::vector<Sl
                              std::optional<c10::Device> device) {
   torch::jit::Stack out;
   out.reserve(args.size());
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const auto& v = args[i];
+  for (const auto& v : args) {
     if (v.isTensor()) {
       out.emplace_back(convert(v.toTensor(), to_double, device));
     } else if (v.isTensorList()) {
@@ -124,8 +122,8 @@ std::vector<std::string> names_of_returns(const torch::jit::Stack& returns,
   std::vector<std::string> names;
   for (std::size_t r = 0; r < returns.size(); ++r) {
     const std::string base = r < return_names.size() && !return_names[r].empty()
-                                  ? return_names[r]
-                                  : "output " + std::to_string(r);
+                                 ? return_names[r]
+                                 : "output " + std::to_string(r);
     const auto& v = returns[r];
     if (v.isTensor()) {
       names.push_back(base);

@@ -18,9 +18,9 @@ namespace customop::gradcheck::detail {
 
 /// Where a differentiable input sits in the argument stack.
 struct Slot {
-  std::size_t arg = 0;    // index in the stack
-  int64_t element = -1;   // index inside a Tensor[] argument, or -1
-  std::string name;       // "x", "xs[1]"
+  std::size_t arg = 0;   // index in the stack
+  int64_t element = -1;  // index inside a Tensor[] argument, or -1
+  std::string name;      // "x", "xs[1]"
 };
 
 using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;

@@ -44,8 +44,8 @@ Numerical::Numerical(const Function& f, const std::vector<at::Tensor>& point, bo
     : f_(f), reference_(reference), rule_(rule) {
   at::NoGradGuard no_grad;
   for (const auto& p : point) {
-    work_.push_back(clone_like(p, reference ? std::optional<c10::ScalarType>(at::kDouble)
-                                            : std::nullopt));
+    work_.push_back(
+        clone_like(p, reference ? std::optional<c10::ScalarType>(at::kDouble) : std::nullopt));
     values_.push_back(p.detach().to(at::kCPU, at::kDouble).contiguous().reshape({-1}));
   }
   base_ = base.empty() ? (reference_ ? f_.eval_reference(work_) : f_.eval(work_)) : std::move(base);
@@ -86,8 +86,9 @@ at::Tensor Numerical::evaluate(std::size_t j, const char* what) {
   for (std::size_t o = 0; o < outs.size(); ++o) {
     const auto& a = base_[o];
     const auto& b = outs[o];
-    const bool same = a.defined() == b.defined() &&
-                      (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()));
+    const bool same =
+        a.defined() == b.defined() &&
+        (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()));
     if (!same) {
       std::ostringstream os;
       os << "output " << o << " changed from " << describe(a) << " to " << describe(b)
@@ -103,7 +104,8 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
   at::Tensor& t = work_[j];
   const auto index = unravel(k, t.sizes());
   int64_t offset = t.storage_offset();
-  for (std::size_t d = 0; d < index.size(); ++d) offset += index[d] * t.stride(static_cast<int64_t>(d));
+  for (std::size_t d = 0; d < index.size(); ++d)
+    offset += index[d] * t.stride(static_cast<int64_t>(d));
   at::Tensor elem = t.as_strided({}, {}, offset);
   const double x = values_[j][k].item<double>();
   Sampled s;
@@ -139,10 +141,10 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
   at::Tensor& t = work_[j];
   const at::Tensor& x = values_[j];
   const auto sizes = t.sizes().vec();
-  const double scale =
-      rule_.ridders ? std::max(1.0, x.numel() ? x.abs().max().item<double>() : 0.0) *
-                          std::sqrt(static_cast<double>(std::max<int64_t>(1, x.numel())))
-                    : 1.0;
+  const double scale = rule_.ridders
+                           ? std::max(1.0, x.numel() ? x.abs().max().item<double>() : 0.0) *
+                                 std::sqrt(static_cast<double>(std::max<int64_t>(1, x.numel())))
+                           : 1.0;
   auto read = [&] { return t.to(at::kCPU, at::kDouble).contiguous().reshape({-1}); };
   Sampled s;
   at::Tensor fp, fm, dp, dm;

@@ -60,8 +60,8 @@ class Numerical {
   /// `point`: the differentiable inputs (values only). `reference`: evaluate f.eval_reference
   /// on float64 copies. `base`: f's outputs at the point from the same evaluator, when the
   /// caller already has them (else one forward call here).
-  Numerical(const Function& f, const std::vector<at::Tensor>& point, bool reference,
-            StepRule rule, std::vector<at::Tensor> base = {});
+  Numerical(const Function& f, const std::vector<at::Tensor>& point, bool reference, StepRule rule,
+            std::vector<at::Tensor> base = {});
 
   /// Perturbs element `k` (row-major) of input `j`.
   Sampled sample_element(std::size_t j, int64_t k);

@@ -78,11 +78,11 @@ struct ArgTraits {
                 "c10::ScalarType, or std::optional of a scalar type (see customop/arg_types.h)");
 };
 
-#define CUSTOMOP_ARG_TRAITS(T, KIND, NAME)                \
-  template <>                                             \
-  struct ArgTraits<T> {                                   \
-    static constexpr ArgKind kind = ArgKind::KIND;        \
-    static constexpr std::string_view cpp_name = NAME;    \
+#define CUSTOMOP_ARG_TRAITS(T, KIND, NAME)             \
+  template <>                                          \
+  struct ArgTraits<T> {                                \
+    static constexpr ArgKind kind = ArgKind::KIND;     \
+    static constexpr std::string_view cpp_name = NAME; \
   };
 CUSTOMOP_ARG_TRAITS(at::Tensor, kTensor, "at::Tensor")
 CUSTOMOP_ARG_TRAITS(std::optional<at::Tensor>, kOptionalTensor, "std::optional<at::Tensor>")

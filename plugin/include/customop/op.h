@@ -61,7 +61,8 @@ constexpr auto field_infos() {
     return std::array<FieldInfo, sizeof...(I)>{
         FieldInfo{ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind,
                   ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name}...};
-  }(std::make_index_sequence<kNumFields<Args>>{});
+  }
+  (std::make_index_sequence<kNumFields<Args>>{});
 }
 
 /// The grad a backward formula receives for one return type.
@@ -110,7 +111,8 @@ struct TypedGradKind<std::vector<at::Tensor>> {
   static constexpr bool list = true;
 };
 template <>
-struct TypedGradKind<std::vector<std::optional<at::Tensor>>> : TypedGradKind<std::vector<at::Tensor>> {};
+struct TypedGradKind<std::vector<std::optional<at::Tensor>>>
+    : TypedGradKind<std::vector<at::Tensor>> {};
 
 template <class Args>
 constexpr std::size_t count_tensor_like() {
@@ -158,7 +160,8 @@ constexpr bool check_typed_grads() {
       return (CheckTypedGradField<I, boost::pfr::tuple_element_t<I, G>,
                                   tensor_like_kinds<Args>()[I]>::ok &&
               ...);
-    }(std::make_index_sequence<kNumFields<G>>{});
+    }
+    (std::make_index_sequence<kNumFields<G>>{});
   }
   return true;
 }
@@ -222,8 +225,8 @@ class Op final : public OpCore {
     check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward", loc);
     note_save_for_backward(loc);
     record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward");
-    save_ = [fn = std::move(fn)](const Args& args, const Ret& out)
-        -> c10::intrusive_ptr<detail::SavedStateBase> {
+    save_ = [fn = std::move(fn)](const Args& args,
+                                 const Ret& out) -> c10::intrusive_ptr<detail::SavedStateBase> {
       auto state = c10::make_intrusive<detail::SavedState<Saved>>();
       state->value = fn(args, out);
       return state;
@@ -240,7 +243,7 @@ class Op final : public OpCore {
   /// name, a c10::IValue dict, or a typed aggregate with one field per Tensor-like argument.
   /// The result is validated when backward returns, exactly as the reference does.
   template <class F>
-  Op& impl_backward(F fn, OutputDifferentiability output_differentiability = {},
+  Op& impl_backward(F fn, const OutputDifferentiability& output_differentiability = {},
                     std::source_location loc = std::source_location::current()) {
     using Traits = detail::FunctionTraits<std::decay_t<F>>;
     static_assert(Traits::known,
@@ -262,21 +265,22 @@ class Op final : public OpCore {
     }
     constexpr bool returns_ok = []<std::size_t... I>(std::index_sequence<I...>) {
       return (detail::kReturnHasBackward<std::tuple_element_t<I, Returns>> && ...);
-    }(std::make_index_sequence<kNumReturns>{});
+    }
+    (std::make_index_sequence<kNumReturns>{});
     check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
     note_backward(loc, output_differentiability.flags(), returns_ok);
     record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward");
-    backward_ = [this, fn = std::move(fn)](detail::SavedStateBase& base,
-                                           const std::vector<at::Tensor>& saved_tensors,
-                                           std::vector<at::Tensor>& grad_outputs,
-                                           std::vector<at::Tensor>& flat) mutable {
+    backward_ = [this, fn = std::move(fn)](
+                    detail::SavedStateBase& base, const std::vector<at::Tensor>& saved_tensors,
+                    std::vector<at::Tensor>& grad_outputs, std::vector<at::Tensor>& flat) mutable {
       const auto& state = static_cast<const detail::SavedState<Saved>&>(base);
       const Saved saved = state.restore(saved_tensors);
       std::size_t k = 0, list = 0;
       auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
         return std::tuple<typename detail::GradFor<std::tuple_element_t<I, Returns>>::type...>{
             take_grad<std::tuple_element_t<I, Returns>>(grad_outputs, state, k, list)...};
-      }(std::make_index_sequence<kNumReturns>{});
+      }
+      (std::make_index_sequence<kNumReturns>{});
       R result = std::apply([&](auto&... g) { return fn(saved, g...); }, grads);
       if constexpr (std::is_same_v<R, Grads>) {
         grads_to_flat(result, state.info, flat);
@@ -301,7 +305,7 @@ class Op final : public OpCore {
         std::is_same_v<Saved, std::decay_t<std::tuple_element_t<0, typename Traits::args>>>,
         "[customop] backward's first parameter must be the type save_for_backward returns");
     impl_save_for_backward(std::move(save), loc);
-    return impl_backward(std::move(backward), std::move(output_differentiability), loc);
+    return impl_backward(std::move(backward), output_differentiability, loc);
   }
 
   /// Calls the op through the dispatcher (every dispatch key, autograd included).
@@ -350,17 +354,16 @@ class Op final : public OpCore {
   Op(std::string_view name, std::source_location loc, bool wrap)
       : OpCore(name, detail::field_infos<Args>(), kReturnKinds, loc, wrap) {}
 
-  void check_saved_type(const std::type_info& type, std::string_view type_name,
-                        const char* what, const std::source_location& loc) const {
+  void check_saved_type(const std::type_info& type, std::string_view type_name, const char* what,
+                        const std::source_location& loc) const {
     if (saved_type_ == nullptr) return;
     TORCH_CHECK_TYPE(*saved_type_ == type, name(), ": ", what, " at ", format_location(loc),
-                     " uses the saved-state type ", type_name, " but ", saved_type_from_,
-                     " uses ", saved_type_name_, "; both must use the same type");
+                     " uses the saved-state type ", type_name, " but ", saved_type_from_, " uses ",
+                     saved_type_name_, "; both must use the same type");
   }
 
   // NB: only after the registration succeeded, so a refused one leaves no trace.
-  void record_saved_type(const std::type_info& type, std::string_view type_name,
-                         const char* what) {
+  void record_saved_type(const std::type_info& type, std::string_view type_name, const char* what) {
     if (saved_type_ != nullptr) return;
     saved_type_ = &type;
     saved_type_name_ = std::string(type_name);

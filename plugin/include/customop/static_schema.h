@@ -44,8 +44,10 @@ struct ParsedSchema {
 };
 
 constexpr std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -53,14 +55,13 @@ constexpr std::optional<ArgKind> kind_of(std::string_view type) {
   constexpr std::pair<std::string_view, ArgKind> kTable[] = {
       {"Tensor", ArgKind::kTensor},         {"Tensor?", ArgKind::kOptionalTensor},
       {"Tensor[]", ArgKind::kTensorList},   {"int", ArgKind::kInt},
-      {"int?", ArgKind::kOptionalInt},
-      {"float", ArgKind::kFloat},           {"float?", ArgKind::kOptionalFloat},
-      {"bool", ArgKind::kBool},             {"bool?", ArgKind::kOptionalBool},
-      {"str", ArgKind::kStr},               {"str?", ArgKind::kOptionalStr},
-      {"int[]", ArgKind::kIntList},         {"float[]", ArgKind::kFloatList},
-      {"bool[]", ArgKind::kBoolList},       {"Scalar", ArgKind::kScalar},
-      {"Scalar?", ArgKind::kOptionalScalar}, {"ScalarType", ArgKind::kScalarType},
-      {"ScalarType?", ArgKind::kOptionalScalarType},
+      {"int?", ArgKind::kOptionalInt},      {"float", ArgKind::kFloat},
+      {"float?", ArgKind::kOptionalFloat},  {"bool", ArgKind::kBool},
+      {"bool?", ArgKind::kOptionalBool},    {"str", ArgKind::kStr},
+      {"str?", ArgKind::kOptionalStr},      {"int[]", ArgKind::kIntList},
+      {"float[]", ArgKind::kFloatList},     {"bool[]", ArgKind::kBoolList},
+      {"Scalar", ArgKind::kScalar},         {"Scalar?", ArgKind::kOptionalScalar},
+      {"ScalarType", ArgKind::kScalarType}, {"ScalarType?", ArgKind::kOptionalScalarType},
   };
   for (const auto& [name, kind] : kTable) {
     if (name == type) return kind;
@@ -175,10 +176,12 @@ inline constexpr ParsedSchema kParsed = parse(S.view());
 template <FixedString S>
 struct RetFromSchema {
   static constexpr auto& p = kParsed<S>;
-  static_assert(p.ok, "[customop] the schema literal does not parse: check its parentheses and "
-                      "the '->' before the returns");
-  static_assert(!p.ok || p.num_returns > 0, "[customop] the schema returns nothing; only "
-                                            "functional ops that return a value are supported");
+  static_assert(p.ok,
+                "[customop] the schema literal does not parse: check its parentheses and "
+                "the '->' before the returns");
+  static_assert(!p.ok || p.num_returns > 0,
+                "[customop] the schema returns nothing; only "
+                "functional ops that return a value are supported");
   template <std::size_t... I>
   static auto make(std::index_sequence<I...>) {
     if constexpr (sizeof...(I) == 1) {
@@ -187,12 +190,13 @@ struct RetFromSchema {
       return std::tuple<typename ReturnTypeOf<*p.returns[I]>::type...>{};
     }
   }
-  using type = decltype(make(std::make_index_sequence<(p.ok && p.num_returns > 0 &&
-                                                       std::all_of(p.returns.begin(),
-                                                                   p.returns.begin() + p.num_returns,
-                                                                   [](auto k) { return k.has_value(); }))
-                                                          ? p.num_returns
-                                                          : 1>{}));
+  using type = decltype(make(std::make_index_sequence <
+                                     (p.ok && p.num_returns > 0 &&
+                                      std::all_of(
+                                          p.returns.begin(), p.returns.begin() + p.num_returns,
+                                          [](auto k) { return k.has_value(); }))
+                                 ? p.num_returns
+                                 : 1 > {}));
 };
 
 /// Instantiated per field; on a mismatch the compiler's note shows <field index, C++ field
@@ -217,9 +221,11 @@ constexpr bool check_args() {
       // Types this parser does not read (nullopt) are left to the runtime check.
       return ((!p.args[I].has_value() ||
                CheckField<I, boost::pfr::tuple_element_t<I, Args>,
-                          p.args[I].value_or(ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind)>::ok) &&
+                          p.args[I].value_or(
+                              ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind)>::ok) &&
               ...);
-    }(std::make_index_sequence<kNumFields<Args>>{});
+    }
+    (std::make_index_sequence<kNumFields<Args>>{});
   }
   return false;
 }

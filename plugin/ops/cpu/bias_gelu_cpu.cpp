@@ -116,8 +116,12 @@ at::Tensor bias_gelu_cpu(const BiasGeluArgs& a) {
   const at::Tensor b = a.bias.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options());
   const int64_t d = x.size(-1);
-  const cpu::BiasGeluCpuParams p{x.const_data_ptr(), b.const_data_ptr(), y.mutable_data_ptr(),
-                                 d == 0 ? 0 : x.numel() / d, d, a.approximate == "tanh",
+  const cpu::BiasGeluCpuParams p{x.const_data_ptr(),
+                                 b.const_data_ptr(),
+                                 y.mutable_data_ptr(),
+                                 d == 0 ? 0 : x.numel() / d,
+                                 d,
+                                 a.approximate == "tanh",
                                  x.scalar_type()};
   if (x.numel() > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(bias_gelu_kernel, p) }();

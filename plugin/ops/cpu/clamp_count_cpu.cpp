@@ -76,8 +76,8 @@ ClampCountResult clamp_count_cpu(const ClampCountArgs& a) {
   check_clamp_count(a, c10::DeviceType::CPU);
   const at::Tensor x = a.input.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options());
-  const cpu::ClampCountCpuParams p{x.const_data_ptr(), y.mutable_data_ptr(), x.numel(), a.min,
-                                   a.max, x.scalar_type()};
+  const cpu::ClampCountCpuParams p{
+      x.const_data_ptr(), y.mutable_data_ptr(), x.numel(), a.min, a.max, x.scalar_type()};
   int64_t clamped = 0;
   if (p.numel > 0) {
     clamped = [&]() -> int64_t { CUSTOMOP_CPU_DISPATCH(clamp_count_kernel, p) }();

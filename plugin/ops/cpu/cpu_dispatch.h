@@ -26,26 +26,26 @@ Capability capability();
 }  // namespace customop::ops::cpu
 
 /// Declares a kernel function in the namespace of every build.
-#define CUSTOMOP_CPU_DECLARE(...)  \
-  namespace cap_default {          \
-  __VA_ARGS__;                     \
-  }                                \
-  namespace cap_avx2 {             \
-  __VA_ARGS__;                     \
-  }                                \
-  namespace cap_avx512 {           \
-  __VA_ARGS__;                     \
+#define CUSTOMOP_CPU_DECLARE(...) \
+  namespace cap_default {         \
+  __VA_ARGS__;                    \
+  }                               \
+  namespace cap_avx2 {            \
+  __VA_ARGS__;                    \
+  }                               \
+  namespace cap_avx512 {          \
+  __VA_ARGS__;                    \
   }
 
 #if defined(CUSTOMOP_CPU_HAVE_AVX2)
-#define CUSTOMOP_CPU_CASE_AVX2(fn, ...) \
+#define CUSTOMOP_CPU_CASE_AVX2(fn, ...)         \
   case ::customop::ops::cpu::Capability::kAvx2: \
     return ::customop::ops::cpu::cap_avx2::fn(__VA_ARGS__);
 #else
 #define CUSTOMOP_CPU_CASE_AVX2(fn, ...)
 #endif
 #if defined(CUSTOMOP_CPU_HAVE_AVX512)
-#define CUSTOMOP_CPU_CASE_AVX512(fn, ...) \
+#define CUSTOMOP_CPU_CASE_AVX512(fn, ...)         \
   case ::customop::ops::cpu::Capability::kAvx512: \
     return ::customop::ops::cpu::cap_avx512::fn(__VA_ARGS__);
 #else
@@ -53,10 +53,9 @@ Capability capability();
 #endif
 
 /// `return fn(args...)` from the best build of the calling kernel file.
-#define CUSTOMOP_CPU_DISPATCH(fn, ...)                               \
-  switch (::customop::ops::cpu::capability()) {                      \
-    CUSTOMOP_CPU_CASE_AVX512(fn, __VA_ARGS__)                         \
-    CUSTOMOP_CPU_CASE_AVX2(fn, __VA_ARGS__)                           \
-    default:                                                          \
-      return ::customop::ops::cpu::cap_default::fn(__VA_ARGS__);      \
+#define CUSTOMOP_CPU_DISPATCH(fn, ...)                                  \
+  switch (::customop::ops::cpu::capability()) {                         \
+    CUSTOMOP_CPU_CASE_AVX512(fn, __VA_ARGS__)                           \
+    CUSTOMOP_CPU_CASE_AVX2(fn, __VA_ARGS__)                             \
+    default: return ::customop::ops::cpu::cap_default::fn(__VA_ARGS__); \
   }

@@ -124,7 +124,8 @@ void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
       e.store(y + j);
     } else {
       const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r);
-      const Vec e = Vec::blendv(Vec(T(0)), (Vec::loadu(x + j, static_cast<int>(r)) - vm).exp(), keep);
+      const Vec e =
+          Vec::blendv(Vec(T(0)), (Vec::loadu(x + j, static_cast<int>(r)) - vm).exp(), keep);
       vsum = vsum + e;
       e.store(y + j, static_cast<int>(r));
     }
@@ -238,7 +239,11 @@ at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& a) {
   const cpu::MaskedSoftmaxCpuParams p{
       x.const_data_ptr(),
       mask.defined() ? static_cast<const uint8_t*>(mask.const_data_ptr()) : nullptr,
-      y.mutable_data_ptr(), s.outer, s.size, s.inner, x.scalar_type()};
+      y.mutable_data_ptr(),
+      s.outer,
+      s.size,
+      s.inner,
+      x.scalar_type()};
   if (x.numel() > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(masked_softmax_kernel, p) }();
   }

@@ -1,8 +1,9 @@
 // CPU kernel of customop::max_along, torch.max(input, dim) semantics (ties: first index;
 // NaN wins, at its first position). inner == 1: a vectorized max of each row, then a
 // vectorized search for its first position; inner > 1: the running max of a [size, inner]
-// block is kept in the output while the rows stream by, so reads stay sequential. Chunks of the [outer, inner] outputs are spread with at::parallel_for.
-// Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+// block is kept in the output while the rows stream by, so reads stay sequential. Chunks of the
+// [outer, inner] outputs are spread with at::parallel_for. Built once per instruction set
+// (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 
@@ -41,8 +42,7 @@ inline bool takes_over(T v, T m) {
 // Two passes over a row (it stays in cache): the vectorized max (at::vec::maximum keeps NaN),
 // then the first position holding it, found with vector compares.
 template <class T>
-void max_rows(const T* x, T* values, int64_t* indices, int64_t begin, int64_t end,
-              int64_t size) {
+void max_rows(const T* x, T* values, int64_t* indices, int64_t begin, int64_t end, int64_t size) {
   using Vec = at::vec::Vectorized<T>;
   constexpr int64_t kV = Vec::size();
   constexpr int kAllFalse = (1 << kV) - 1;  // zero_mask() of a compare with no true lane
@@ -150,8 +150,12 @@ MaxAlongResult max_along_cpu(const MaxAlongArgs& a) {
   at::Tensor values = at::empty(out_sizes, x.options());
   at::Tensor indices = at::empty(out_sizes, x.options().dtype(at::kLong));
   const auto s = split_at_dim(x.sizes(), dim);
-  const cpu::MaxAlongCpuParams p{x.const_data_ptr(), values.mutable_data_ptr(),
-                                 indices.mutable_data_ptr<int64_t>(), s.outer, s.size, s.inner,
+  const cpu::MaxAlongCpuParams p{x.const_data_ptr(),
+                                 values.mutable_data_ptr(),
+                                 indices.mutable_data_ptr<int64_t>(),
+                                 s.outer,
+                                 s.size,
+                                 s.inner,
                                  x.scalar_type()};
   if (values.numel() > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(max_along_kernel, p) }();

@@ -16,12 +16,12 @@ namespace customop::ops::cpu {
 
 /// One kernel call: contiguous input/output [rows, cols], weight [cols], of `dtype`.
 struct RmsNormCpuParams {
-  const void* input;     // [rows, cols]
-  const void* weight;    // [cols]
-  void* output;          // [rows, cols], freshly allocated
-  int64_t rows;          // N, every leading dim folded in
-  int64_t cols;          // D
-  double eps;            // added to mean(x^2)
+  const void* input;      // [rows, cols]
+  const void* weight;     // [cols]
+  void* output;           // [rows, cols], freshly allocated
+  int64_t rows;           // N, every leading dim folded in
+  int64_t cols;           // D
+  double eps;             // added to mean(x^2)
   c10::ScalarType dtype;  // kFloat or kDouble (accumulates in the same type)
 };
 
@@ -31,8 +31,7 @@ namespace CUSTOMOP_CPU_CAPABILITY {
 namespace {
 
 template <class T>
-void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int64_t d,
-                   T eps) {
+void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int64_t d, T eps) {
   using Vec = at::vec::Vectorized<T>;
   constexpr int64_t kV = Vec::size();
   for (int64_t row = begin; row < end; ++row) {
@@ -114,8 +113,13 @@ at::Tensor rms_norm_cpu(const RmsNormArgs& a) {
   const at::Tensor w = a.weight.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options());
   const int64_t d = x.size(-1);
-  const cpu::RmsNormCpuParams p{x.const_data_ptr(), w.const_data_ptr(), y.mutable_data_ptr(),
-                                d == 0 ? 0 : x.numel() / d, d, a.eps, x.scalar_type()};
+  const cpu::RmsNormCpuParams p{x.const_data_ptr(),
+                                w.const_data_ptr(),
+                                y.mutable_data_ptr(),
+                                d == 0 ? 0 : x.numel() / d,
+                                d,
+                                a.eps,
+                                x.scalar_type()};
   if (p.rows > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_kernel, p) }();
   }

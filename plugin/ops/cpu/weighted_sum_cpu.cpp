@@ -43,13 +43,15 @@ void weighted_sum_block(const T* const* x, const double* w, int64_t k, T* y, int
     const T* x0 = x[0] + begin;
     int64_t j = 0;
     for (; j < full; j += kV) (Vec::loadu(x0 + j) * w0).store(y + j);
-    if (j < n) (Vec::loadu(x0 + j, static_cast<int>(n - j)) * w0).store(y + j, static_cast<int>(n - j));
+    if (j < n)
+      (Vec::loadu(x0 + j, static_cast<int>(n - j)) * w0).store(y + j, static_cast<int>(n - j));
   }
   for (int64_t i = 1; i < k; ++i) {
     const Vec wi(static_cast<T>(w[i]));
     const T* xi = x[i] + begin;
     int64_t j = 0;
-    for (; j < full; j += kV) at::vec::fmadd(Vec::loadu(xi + j), wi, Vec::loadu(y + j)).store(y + j);
+    for (; j < full; j += kV)
+      at::vec::fmadd(Vec::loadu(xi + j), wi, Vec::loadu(y + j)).store(y + j);
     if (j < n) {
       const int r = static_cast<int>(n - j);
       at::vec::fmadd(Vec::loadu(xi + j, r), wi, Vec::loadu(y + j, r)).store(y + j, r);
@@ -104,9 +106,9 @@ at::Tensor weighted_sum_cpu(const WeightedSumArgs& a) {
     ptrs.push_back(xs.back().const_data_ptr());
   }
   at::Tensor y = at::empty(xs[0].sizes(), xs[0].options());
-  const cpu::WeightedSumCpuParams p{ptrs.data(), a.weights.data(), y.mutable_data_ptr(),
-                                    static_cast<int64_t>(xs.size()), y.numel(),
-                                    y.scalar_type()};
+  const cpu::WeightedSumCpuParams p{
+      ptrs.data(), a.weights.data(), y.mutable_data_ptr(), static_cast<int64_t>(xs.size()),
+      y.numel(),   y.scalar_type()};
   if (p.numel > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(weighted_sum_kernel, p) }();
   }

@@ -6,20 +6,18 @@ namespace customop::ops::detail {
 
 std::string dtype_name(c10::ScalarType dtype) { return c10::getDtypeNames(dtype).first; }
 
-void check_same_device(const char* op, const char* arg, const at::Tensor& t,
-                       const char* ref_arg, const at::Tensor& ref) {
-  TORCH_CHECK(t.device() == ref.device(), op, ": ", arg, " must be on the same device as ",
-              ref_arg, " (", ref.device(), "), but got ", t.device());
+void check_same_device(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                       const at::Tensor& ref) {
+  TORCH_CHECK(t.device() == ref.device(), op, ": ", arg, " must be on the same device as ", ref_arg,
+              " (", ref.device(), "), but got ", t.device());
 }
 
-void check_floating(const char* op, const char* arg, const at::Tensor& t,
-                    c10::DeviceType device) {
+void check_floating(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device) {
   const auto st = t.scalar_type();
   if (device == c10::DeviceType::CUDA) {
-    TORCH_CHECK_TYPE(st == at::kFloat || st == at::kDouble || st == at::kHalf ||
-                         st == at::kBFloat16,
-                     op, ": ", arg, " must be float16, bfloat16, float32 or float64, but got ",
-                     dtype_name(st));
+    TORCH_CHECK_TYPE(
+        st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16, op, ": ",
+        arg, " must be float16, bfloat16, float32 or float64, but got ", dtype_name(st));
   } else {
     TORCH_CHECK_TYPE(st == at::kFloat || st == at::kDouble, op, ": ", arg,
                      " must be float32 or float64 on ", c10::DeviceTypeName(device),
@@ -27,17 +25,17 @@ void check_floating(const char* op, const char* arg, const at::Tensor& t,
   }
 }
 
-void check_same_dtype(const char* op, const char* arg, const at::Tensor& t,
-                      const char* ref_arg, const at::Tensor& ref) {
-  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), op, ": ", arg,
-                   " must have the dtype of ", ref_arg, " (", dtype_name(ref.scalar_type()),
-                   "), but got ", dtype_name(t.scalar_type()));
+void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                      const at::Tensor& ref) {
+  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), op, ": ", arg, " must have the dtype of ",
+                   ref_arg, " (", dtype_name(ref.scalar_type()), "), but got ",
+                   dtype_name(t.scalar_type()));
 }
 
 int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
   const int64_t n = ndim == 0 ? 1 : ndim;
-  TORCH_CHECK_VALUE(dim >= -n && dim < n, op, ": dim must be in [", -n, ", ", n - 1,
-                    "] for a ", ndim, "-d input, but got ", dim);
+  TORCH_CHECK_VALUE(dim >= -n && dim < n, op, ": dim must be in [", -n, ", ", n - 1, "] for a ",
+                    ndim, "-d input, but got ", dim);
   return dim < 0 ? dim + n : dim;
 }
 

@@ -15,17 +15,16 @@ namespace customop::ops::detail {
 std::string dtype_name(c10::ScalarType dtype);
 
 /// `<op>: <arg> must be on the same device as <ref_arg> (cuda:0), but got cpu`.
-void check_same_device(const char* op, const char* arg, const at::Tensor& t,
-                       const char* ref_arg, const at::Tensor& ref);
+void check_same_device(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                       const at::Tensor& ref);
 
 /// The floating dtypes a kernel of `device` takes: float32 and float64 everywhere, float16
 /// and bfloat16 on CUDA too. `<op>: <arg> must be float32 or float64 on CPU, but got int64`.
-void check_floating(const char* op, const char* arg, const at::Tensor& t,
-                    c10::DeviceType device);
+void check_floating(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device);
 
 /// `<op>: <arg> must have the dtype of <ref_arg> (float32), but got float64`.
-void check_same_dtype(const char* op, const char* arg, const at::Tensor& t,
-                      const char* ref_arg, const at::Tensor& ref);
+void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                      const at::Tensor& ref);
 
 /// `dim` wrapped into [0, ndim) (a 0-d tensor counts as 1-d, as ATen's reductions do).
 /// `<op>: dim must be in [-2, 1] for a 2-d input, but got 2`.

@@ -1,7 +1,8 @@
 #pragma once
-// The mutation corpus: ops in the TorchScript namespace `customop_mutants` (libcustomop_mutants.so),
-// correct ones and their deliberately wrong twins, for the gradcheck harness's tests, the CLI
-// and the Python agreement test. Loading the library registers every op (static initializers).
+// The mutation corpus: ops in the TorchScript namespace `customop_mutants`
+// (libcustomop_mutants.so), correct ones and their deliberately wrong twins, for the gradcheck
+// harness's tests, the CLI and the Python agreement test. Loading the library registers every op
+// (static initializers).
 
 #include <string>
 #include <vector>
@@ -10,10 +11,10 @@ namespace customop_mutants {
 
 /// One op of the corpus.
 struct CorpusEntry {
-  std::string op;        ///< qualified name, "customop_mutants::cube_sign_flip"
-  std::string twin;      ///< the correct op it breaks ("" for a correct op)
-  std::string fault;     ///< what is wrong, in words ("" for a correct op)
-  std::string expected;  ///< the check that must fail (check_name(), "" for a correct op)
+  std::string op;             ///< qualified name, "customop_mutants::cube_sign_flip"
+  std::string twin;           ///< the correct op it breaks ("" for a correct op)
+  std::string fault;          ///< what is wrong, in words ("" for a correct op)
+  std::string expected;       ///< the check that must fail (check_name(), "" for a correct op)
   bool float32_only = false;  ///< its kernel refuses float64 (samples only for float32)
 };
 

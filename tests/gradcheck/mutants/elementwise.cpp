@@ -31,8 +31,7 @@ std::vector<std::pair<std::string, ScaleArgs>> scale_samples(c10::Device d, c10:
 }
 
 std::vector<std::pair<std::string, XArgs>> x_samples(c10::Device d, c10::ScalarType t) {
-  return {{"vector [4]", {sample({4}, d, t)}},
-          {"transposed [3, 2]", {sample({2, 3}, d, t).t()}}};
+  return {{"vector [4]", {sample({4}, d, t)}}, {"transposed [3, 2]", {sample({2, 3}, d, t).t()}}};
 }
 
 std::vector<std::pair<std::string, XArgs>> x_samples_away_from_zero(c10::Device d,
@@ -47,9 +46,12 @@ void define_scale(const char* schema, at::Tensor (*backward)(double, const at::T
   auto kernel = [](const ScaleArgs& a) { return a.x * a.alpha; };
   op.impl(c10::DeviceType::CPU, kernel);
   op.impl(c10::DeviceType::CUDA, kernel);
-  op.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
+  op.impl_save_for_backward(
+      [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
   op.impl_backward(
-      [backward](const ScaleSaved& s, const at::Tensor& g) { return Grads{{"x", backward(s.alpha, g)}}; },
+      [backward](const ScaleSaved& s, const at::Tensor& g) {
+        return Grads{{"x", backward(s.alpha, g)}};
+      },
       std::move(od));
   op.samples(&scale_samples);
 }

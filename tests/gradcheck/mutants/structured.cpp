@@ -54,7 +54,9 @@ void define_weighted_square(const char* schema, bool swapped) {
   auto kernel = [](const PairArgs& a) { return a.x * a.x * a.w; };
   op.impl(c10::DeviceType::CPU, kernel);
   op.impl(c10::DeviceType::CUDA, kernel);
-  op.impl_save_for_backward([](const PairArgs& a, const at::Tensor&) { return MulSaved{a.x, a.w}; });
+  op.impl_save_for_backward([](const PairArgs& a, const at::Tensor&) {
+    return MulSaved{a.x, a.w};
+  });
   op.impl_backward([swapped](const MulSaved& s, const at::Tensor& g) {
     at::Tensor gx = 2 * s.x * s.w * g;
     at::Tensor gw = s.x * s.x * g;
@@ -74,8 +76,7 @@ struct ShapeSaved {
 };
 
 std::vector<std::pair<std::string, XArgs>> drop_samples(c10::Device d, c10::ScalarType t) {
-  return {{"vector [5]", {sample({5}, d, t)}},
-          {"transposed [4, 3]", {sample({3, 4}, d, t).t()}}};
+  return {{"vector [5]", {sample({5}, d, t)}}, {"transposed [4, 3]", {sample({3, 4}, d, t).t()}}};
 }
 
 void define_drop_first(const char* schema, int64_t start) {
@@ -128,7 +129,8 @@ void define_sum_list() {
   auto& op = customop::define<ListArgs>("customop_mutants::sum_list(Tensor[] xs) -> Tensor");
   auto kernel = [](const ListArgs& a) {
     at::Tensor y = at::zeros_like(a.xs.at(0));
-    for (std::size_t k = 0; k < a.xs.size(); ++k) y = y + static_cast<double>(k + 1) * a.xs[k] * a.xs[k];
+    for (std::size_t k = 0; k < a.xs.size(); ++k)
+      y = y + static_cast<double>(k + 1) * a.xs[k] * a.xs[k];
     return y;
   };
   op.impl(c10::DeviceType::CPU, kernel);
@@ -136,7 +138,8 @@ void define_sum_list() {
   op.impl_save_for_backward([](const ListArgs& a, const at::Tensor&) { return ListSaved{a.xs}; });
   op.impl_backward([](const ListSaved& s, const at::Tensor& g) {
     std::vector<at::Tensor> grads;
-    for (std::size_t k = 0; k < s.xs.size(); ++k) grads.push_back(2.0 * static_cast<double>(k + 1) * s.xs[k] * g);
+    for (std::size_t k = 0; k < s.xs.size(); ++k)
+      grads.push_back(2.0 * static_cast<double>(k + 1) * s.xs[k] * g);
     return Grads{{"xs", grads}};
   });
   op.samples([](c10::Device d, c10::ScalarType t) {
@@ -186,23 +189,27 @@ void define_max_with_index() {
 
 void register_structured() {
   static const bool done = [] {
-    define_mul("customop_mutants::mul(Tensor x, Tensor w) -> Tensor",
-               [](const MulSaved& s, const at::Tensor& g) { return (g * s.x).sum_to_size(s.w.sizes()); });
+    define_mul(
+        "customop_mutants::mul(Tensor x, Tensor w) -> Tensor",
+        [](const MulSaved& s, const at::Tensor& g) { return (g * s.x).sum_to_size(s.w.sizes()); });
     // Reduces the broadcast dimension with mean instead of sum.
     define_mul("customop_mutants::mul_wrong_reduction(Tensor x, Tensor w) -> Tensor",
                [](const MulSaved& s, const at::Tensor& g) { return (g * s.x).mean(0); });
     // Returns grad_w with the broadcast shape [N, D] reduced over the wrong dimension.
     define_mul("customop_mutants::mul_grad_wrong_shape(Tensor x, Tensor w) -> Tensor",
                [](const MulSaved& s, const at::Tensor& g) { return (g * s.x).sum(1); });
-    define_weighted_square("customop_mutants::weighted_square(Tensor x, Tensor w) -> Tensor", false);
+    define_weighted_square("customop_mutants::weighted_square(Tensor x, Tensor w) -> Tensor",
+                           false);
     // grad_x sent to w and grad_w to x.
-    define_weighted_square("customop_mutants::weighted_square_swapped(Tensor x, Tensor w) -> Tensor", true);
+    define_weighted_square(
+        "customop_mutants::weighted_square_swapped(Tensor x, Tensor w) -> Tensor", true);
     define_drop_first("customop_mutants::drop_first(Tensor x) -> Tensor", 1);
     // Scatters the grad one element too early.
     define_drop_first("customop_mutants::drop_first_off_by_one(Tensor x) -> Tensor", 0);
     define_sincos("customop_mutants::sincos(Tensor x) -> (Tensor sin, Tensor cos)", false);
     // Uses the grad of the other output.
-    define_sincos("customop_mutants::sincos_swapped_grads(Tensor x) -> (Tensor sin, Tensor cos)", true);
+    define_sincos("customop_mutants::sincos_swapped_grads(Tensor x) -> (Tensor sin, Tensor cos)",
+                  true);
     define_sum_list();
     define_max_with_index();
     return true;

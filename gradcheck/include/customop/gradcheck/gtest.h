@@ -28,19 +28,21 @@ template <class OpT, class ArgsT>
   try {
     const GradcheckResult r = gradcheck(op, args, options);
     if (r.passed) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "gradcheck of " << op_text << " failed (seed "
-                                         << options.seed << "):\n" << r.message();
+    return ::testing::AssertionFailure()
+           << "gradcheck of " << op_text << " failed (seed " << options.seed << "):\n"
+           << r.message();
   } catch (const c10::ValueError& e) {
-    return ::testing::AssertionFailure() << "gradcheck of " << op_text
-                                         << " rejected its inputs: " << e.what_without_backtrace();
+    return ::testing::AssertionFailure()
+           << "gradcheck of " << op_text << " rejected its inputs: " << e.what_without_backtrace();
   }
 }
 
 }  // namespace customop::gradcheck
 
 /// Non-fatal: EXPECT_GRADCHECK(op, args[, options]).
-#define EXPECT_GRADCHECK(op, ...) \
-  GTEST_ASSERT_(::customop::gradcheck::gtest_gradcheck(#op, op, __VA_ARGS__), GTEST_NONFATAL_FAILURE_)
+#define EXPECT_GRADCHECK(op, ...)                                             \
+  GTEST_ASSERT_(::customop::gradcheck::gtest_gradcheck(#op, op, __VA_ARGS__), \
+                GTEST_NONFATAL_FAILURE_)
 /// Fatal: ASSERT_GRADCHECK(op, args[, options]).
 #define ASSERT_GRADCHECK(op, ...) \
   GTEST_ASSERT_(::customop::gradcheck::gtest_gradcheck(#op, op, __VA_ARGS__), GTEST_FATAL_FAILURE_)

@@ -132,6 +132,12 @@ struct GradcheckOptions {
   /// Keep the numerical and analytical Jacobians of every checked pair in the result, not
   /// only those of failing pairs (which are kept when they have at most 2^22 entries).
   bool keep_jacobians = false;
+  /// Slow mode builds Jacobians of (elements of the differentiable inputs) x (elements of the
+  /// differentiable outputs) entries, with one forward pair per input element and one VJP per
+  /// output element; above this many entries it refuses (c10::ValueError, naming the sizes)
+  /// instead of exhausting memory. 2^24 entries = 128 MiB per float64 Jacobian. Fast mode
+  /// has no such limit.
+  std::int64_t max_jacobian_entries = std::int64_t{1} << 24;
   /// Shown in reports: which sample this is (e.g. "transposed [5, 6]").
   std::string label;
 };

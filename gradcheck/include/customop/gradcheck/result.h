@@ -38,8 +38,9 @@ struct Failure {
   bool second_order = false;  ///< found by the second-order (gradgradcheck) pass
   int output = -1;            ///< differentiable-output index i, or -1
   int input = -1;             ///< differentiable-input index j, or -1
-  std::string headline;       ///< one line, e.g. "Jacobian mismatch for output 0 with respect to input 1 ('weight')"
-  std::string detail;         ///< further lines (may be empty)
+  std::string headline;  ///< one line, e.g. "Jacobian mismatch for output 0 with respect to input 1
+                         ///< ('weight')"
+  std::string detail;    ///< further lines (may be empty)
 };
 
 /// One Jacobian entry, the worst of a pair.
@@ -55,18 +56,18 @@ struct ElementReport {
 
 /// The comparison of one (differentiable output i, differentiable input j) block.
 struct PairReport {
-  int output = 0;            ///< i: counts differentiable outputs only
-  int input = 0;             ///< j: counts inputs that require grad only
-  std::string output_name;   ///< schema return name, or "output <k>"
-  std::string input_name;    ///< schema argument name, "xs[1]" for a list element
+  int output = 0;           ///< i: counts differentiable outputs only
+  int input = 0;            ///< j: counts inputs that require grad only
+  std::string output_name;  ///< schema return name, or "output <k>"
+  std::string input_name;   ///< schema argument name, "xs[1]" for a list element
   bool passed = true;
-  bool projected = false;    ///< fast mode: one entry, v^T J u
-  int64_t entries = 0;       ///< entries compared
-  int64_t bad_entries = 0;   ///< entries out of tolerance (non-differentiable ones included)
+  bool projected = false;   ///< fast mode: one entry, v^T J u
+  int64_t entries = 0;      ///< entries compared
+  int64_t bad_entries = 0;  ///< entries out of tolerance (non-differentiable ones included)
   int64_t nondifferentiable_entries = 0;  ///< bad entries at non-differentiable points
   double worst_abs_error = 0;
   double worst_rel_error = 0;
-  ElementReport worst;       ///< the entry furthest beyond its tolerance (or the largest error)
+  ElementReport worst;  ///< the entry furthest beyond its tolerance (or the largest error)
   /// [output numel, input numel] float64 CPU, kept for failing pairs (for heatmaps) or with
   /// keep_jacobians; undefined otherwise.
   at::Tensor numerical;
@@ -106,8 +107,8 @@ struct GradcheckResult {
   std::vector<PairReport> pairs;     ///< first order, one per (i, j)
   std::vector<PairReport> second_order_pairs;
   std::vector<ArgumentSummary> arguments;
-  std::vector<Failure> failures;     ///< in the order the checks ran; Jacobian ones first
-  std::vector<std::string> notes;    ///< what was skipped or substituted, and why
+  std::vector<Failure> failures;   ///< in the order the checks ran; Jacobian ones first
+  std::vector<std::string> notes;  ///< what was skipped or substituted, and why
   OpCounts counts;
 
   /// The full text report (format_report in report.h); its first line is the first

@@ -41,9 +41,9 @@ struct CaseResult {
   std::string device;  ///< "cpu", "cuda"
   std::string dtype;   ///< "float32", "float64"
   Mode mode = Mode::kSlow;
-  std::string label;   ///< the sample's label
+  std::string label;  ///< the sample's label
   CaseStatus status = CaseStatus::kPassed;
-  std::string reason;  ///< why skipped, or the error's one-line message
+  std::string reason;      ///< why skipped, or the error's one-line message
   GradcheckResult result;  ///< filled for passed and failed cases
   double seconds = 0;
 };

@@ -39,10 +39,10 @@ void push_args(torch::jit::Stack& stack, const Args& args) {
 }
 
 template <class Ret>
-void push_returns(torch::jit::Stack& stack, Ret&& ret) {
-  using R = std::decay_t<Ret>;
-  if constexpr (IsTuple<R>::value) {
-    std::apply([&](auto&&... e) { (stack.emplace_back(std::move(e)), ...); }, std::move(ret));
+void push_returns(torch::jit::Stack& stack, Ret ret) {
+  if constexpr (IsTuple<Ret>::value) {
+    std::apply([&](auto&&... e) { (stack.emplace_back(std::forward<decltype(e)>(e)), ...); },
+               std::move(ret));
   } else {
     stack.emplace_back(std::move(ret));
   }
@@ -58,7 +58,8 @@ Ret pop_returns(torch::jit::Stack& stack) {
     } else {
       return std::move(base[0]).template to<Ret>();
     }
-  }(std::make_index_sequence<n>{});
+  }
+  (std::make_index_sequence<n>{});
   torch::jit::drop(stack, n);
   return ret;
 }
