@@ -42,6 +42,13 @@ target_link_libraries(customop_torch INTERFACE
   "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
   "${_tlib}/libtorch.so" "${_tlib}/libtorch_cpu.so" "${_tlib}/libc10.so")
 target_link_options(customop_torch INTERFACE "LINKER:-rpath,${_tlib}")
+# NB: a shared library that links libtorch binds its calls to its own functions locally
+# (-Bsymbolic-functions). Otherwise a call to an inline or template function (e.g.
+# std::vector<bool>'s deallocate) goes to the first library in load order that exports one,
+# and the CUDA wheel's libtorch loads libraries (libcusparseLt) that export their own copies;
+# ASan reports their free() of our operator new as alloc-dealloc-mismatch.
+target_link_options(customop_torch INTERFACE
+  "$<$<IN_LIST:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY;MODULE_LIBRARY>:LINKER:-Bsymbolic-functions>")
 
 if(CUSTOMOP_ENABLE_CUDA)
   find_package(CUDAToolkit REQUIRED)
