@@ -148,7 +148,7 @@ void compare_cuda_with_cpu(const BoxedFunction& fn, const torch::jit::Stack& arg
                            const std::vector<detail::Slot>& slots, const detail::Checked& c,
                            const Tolerances& tol, std::uint64_t seed, GradcheckResult& r) {
   if (!fn.call_cpu) {
-    r.notes.push_back("cuda: the op has no CPU kernel to compare with");
+    r.notes.emplace_back("cuda: the op has no CPU kernel to compare with");
     return;
   }
   std::vector<at::Tensor> cpu_leaves;

@@ -107,18 +107,19 @@ std::vector<std::string> write_heatmaps(const RunSummary& summary, const std::st
     }
     return s;
   };
-  int k = 0;
-  for (const auto& c : summary.cases) {
-    ++k;
+  // File names carry the case's label (the spec's "case N" or the sample's label) and its
+  // 0-based row in the summary, which keeps them unique.
+  for (std::size_t k = 0; k < summary.cases.size(); ++k) {
+    const auto& c = summary.cases[k];
     if (c.status != CaseStatus::kFailed) continue;
     for (const auto* pairs : {&c.result.pairs, &c.result.second_order_pairs}) {
       for (const auto& p : *pairs) {
         if (p.passed || !p.numerical.defined()) continue;
-        const std::string name = clean(c.op) + "_" + clean(c.device) + "_" + c.dtype + "_" +
-                                 std::string(mode_name(c.mode)) + "_case" + std::to_string(k) +
-                                 (pairs == &c.result.pairs ? "" : "_second_order") + "_out" +
-                                 std::to_string(p.output) + "_in" + std::to_string(p.input) +
-                                 ".png";
+        const std::string name =
+            clean(c.op) + "_" + clean(c.device) + "_" + c.dtype + "_" +
+            std::string(mode_name(c.mode)) + "_" + clean(c.label) + "_row" + std::to_string(k) +
+            (pairs == &c.result.pairs ? "" : "_second_order") + "_out" + std::to_string(p.output) +
+            "_in" + std::to_string(p.input) + ".png";
         const std::string path = (std::filesystem::path(dir) / name).string();
         write_heatmap_png(p, c.result.tolerances, path);
         written.push_back(path);

@@ -306,7 +306,17 @@ SpecCase parse_case(const json& j, std::size_t index) {
   const std::string name = sc.op.substr(0, dot);
   const std::string overload = dot == std::string::npos ? "" : sc.op.substr(dot + 1);
   const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
-  if (!handle) bad(where + ": no such operator is registered (load its library with --load first)");
+  if (!handle) {
+    // Name the overloads that exist ("aten::mul" -> aten::mul.Tensor, aten::mul.Scalar, ...).
+    std::string overloads;
+    for (const auto& op : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (op.name != name) continue;
+      overloads += (overloads.empty() ? "" : ", ") + name +
+                   (op.overload_name.empty() ? "" : "." + op.overload_name);
+    }
+    if (!overloads.empty()) bad(where + ": no such overload; registered: " + overloads);
+    bad(where + ": no such operator is registered (load its library with --load first)");
+  }
   const auto& schema = handle->schema();
   const auto& sargs = schema.arguments();
 

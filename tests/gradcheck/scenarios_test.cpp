@@ -585,6 +585,7 @@ TEST(Specs, BadSpecsGiveOneLineErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"{", "not valid JSON"},
       {R"({"op": "aten::does_not_exist", "args": []})", "no such operator is registered"},
+      {R"({"op": "aten::mul", "args": []})", "no such overload; registered: aten::mul."},
       {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2], "init": "gauss"}}]})",
        "unknown init"},
       {R"({"op": "aten::mul.Tensor", "args": [{"tensor": {"shape": [2]}}]})",
