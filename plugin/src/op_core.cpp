@@ -450,18 +450,15 @@ void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::sou
   slot.store(kernel_storage_.back().get());
 }
 
-void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
-  const auto* entry = (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_)
-                          .load(std::memory_order_acquire);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      entry != nullptr, name_, ": no ", device_name(device),
-      " impl registered. Register one with op.impl(c10::DeviceType::", device_name(device),
-      ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
-  // A None passed for a (non-optional) Tensor reaches the kernel as an undefined tensor, whose
-  // first use would throw "tensor does not have a device" without naming the op or argument.
+// A None passed for a (non-optional) Tensor reaches the kernels as an undefined tensor, whose
+// first use would throw "tensor does not have a device" without naming the op or argument.
+// Checked by the first customop kernel a call reaches: Autograd, or the device kernel.
+namespace {
+void check_tensor_args_defined(const std::string& name_, const std::vector<ArgSpec>& args_,
+                               const torch::jit::Stack& stack) {
   const size_t n = args_.size();
   for (size_t i = 0; i < n; ++i) {
-    const auto& v = (*stack)[stack->size() - n + i];
+    const auto& v = stack[stack.size() - n + i];
     if (args_[i].kind == ArgKind::kTensor) {
       TORCH_CHECK_TYPE(v.isTensor() && v.toTensor().defined(), name_, ": argument '", args_[i].name,
                        "' (Tensor) expected a tensor, got None");
@@ -473,6 +470,17 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
       }
     }
   }
+}
+}  // namespace
+
+void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
+  const auto* entry = (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_)
+                          .load(std::memory_order_acquire);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      entry != nullptr, name_, ": no ", device_name(device),
+      " impl registered. Register one with op.impl(c10::DeviceType::", device_name(device),
+      ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
+  check_tensor_args_defined(name_, args_, *stack);
   entry->fn(stack);
 }
 
@@ -538,6 +546,7 @@ std::string OpCore::backward_location() const {
 
 void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
                              torch::jit::Stack* stack) {
+  check_tensor_args_defined(name_, args_, *stack);
   if (save_loc_.has_value() && backward_loc_.has_value()) {
     run_autograd(ks, stack);
     return;

@@ -240,3 +240,18 @@ TEST(Dispatch, NoneForATensorNamesTheOpAndArgument) {
   op.handle().callBoxed(stack);
   EXPECT_TRUE(at::equal(stack[0].toTensor(), x * 2));
 }
+
+// The same check when the op has a formula: the Autograd kernel runs first.
+TEST(Dispatch, NoneForATensorNamesTheOpAndArgumentThroughAutograd) {
+  auto& op = customop::define<NoneArgs>(
+      "core_dispatch::none_arg_autograd(Tensor x, Tensor y, Tensor[] zs) -> Tensor");
+  op.impl(c10::DeviceType::CPU, [](const NoneArgs& a) { return a.x + a.y; });
+  op.impl_save_for_backward([](const NoneArgs&, const at::Tensor&) { return ScaleSaved{1.0}; });
+  op.impl_backward([](const ScaleSaved&, const at::Tensor& g) {
+    return customop::Grads{{"x", g}, {"y", g}};
+  });
+  const auto x = at::ones({2}, at::kDouble);
+  torch::jit::Stack stack{x, at::Tensor(), c10::List<at::Tensor>({x})};
+  EXPECT_EQ(error_message<c10::TypeError>([&] { op.handle().callBoxed(stack); }),
+            "core_dispatch::none_arg_autograd: argument 'y' (Tensor) expected a tensor, got None");
+}
