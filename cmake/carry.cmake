@@ -2,9 +2,10 @@
 # GPU machine; see ci/gpu-carry, which fills the folder, and ci/gpu-check, which uses it).
 #   -DCUSTOMOP_CARRY_DIR=<dir> -DCMAKE_PROJECT_customop_INCLUDE=<repo>/cmake/carry.cmake
 # (or include(cmake/carry.cmake) right after project()). <dir> holds:
-#   prefix/      a relocatable /usr subset: Boost.PFR + the Boost headers it includes, CLI11,
+#   prefix/      a relocatable /usr subset: CLI11,
 #                nlohmann_json, libpng + zlib, ... with their own CMake package files; it is
 #                prepended to CMAKE_PREFIX_PATH, so the usual find_package calls find it
+#   pfr/         Boost.PFR >= 2.2 headers (boost/pfr.hpp, boost/pfr/): CUSTOMOP_PFR_INCLUDE_DIR
 #   googletest/  the GoogleTest/GoogleMock sources; built with add_subdirectory when
 #                find_package(GTest) finds no installed GoogleTest
 include_guard(GLOBAL)
@@ -26,11 +27,12 @@ if(IS_DIRECTORY "${CUSTOMOP_CARRY_DIR}/prefix")
   foreach(_d IN LISTS _carry_cmake_dirs)
     cmake_path(GET _d PARENT_PATH _libdir)
     list(APPEND CMAKE_PREFIX_PATH "${_libdir}")
-    if(EXISTS "${_d}/Boost-1.81.0/BoostConfig.cmake" AND NOT Boost_DIR)
-      set(Boost_DIR "${_d}/Boost-1.81.0" CACHE PATH "Boost package folder (carried)")
-    endif()
     list(APPEND CMAKE_LIBRARY_PATH "${_libdir}")
   endforeach()
+endif()
+
+if(EXISTS "${CUSTOMOP_CARRY_DIR}/pfr/boost/pfr.hpp" AND NOT CUSTOMOP_PFR_INCLUDE_DIR)
+  set(CUSTOMOP_PFR_INCLUDE_DIR "${CUSTOMOP_CARRY_DIR}/pfr" CACHE PATH "Boost.PFR (carried)")
 endif()
 
 # GoogleTest from source, exposed to the project's find_package(GTest) through a package file

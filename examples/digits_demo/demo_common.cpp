@@ -1,10 +1,14 @@
 #include "demo_common.h"
 
+#include <torch/csrc/autograd/function.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <type_traits>
+#include <unordered_set>
 
 namespace customop::examples {
 
@@ -69,6 +73,22 @@ void write_summary(const std::string& path,
 
 double accuracy(const at::Tensor& scores, const at::Tensor& labels) {
   return scores.argmax(1).eq(labels).to(torch::kDouble).mean().item<double>();
+}
+
+std::vector<std::string> autograd_node_names(const at::Tensor& root) {
+  std::vector<std::string> names;
+  std::unordered_set<const torch::autograd::Node*> seen;
+  // NB: decltype: grad_fn() is a std::shared_ptr up to torch 2.14, a c10::intrusive_ptr from
+  // 2.15 (as are the edges' functions).
+  std::vector<std::decay_t<decltype(root.grad_fn())>> todo{root.grad_fn()};
+  while (!todo.empty()) {
+    auto node = std::move(todo.back());
+    todo.pop_back();
+    if (!node || !seen.insert(node.get()).second) continue;
+    names.push_back(node->name());
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function);
+  }
+  return names;
 }
 
 }  // namespace customop::examples

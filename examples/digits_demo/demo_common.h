@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace customop::examples {
 
@@ -37,6 +38,10 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv, const std:
 /// Writes `fields` as one JSON object to `path` (numbers as numbers, strings quoted).
 void write_summary(const std::string& path,
                    const std::map<std::string, std::variant<double, std::string>>& fields);
+
+/// Names of the autograd nodes reachable from `root`'s grad_fn (each node once; none for a
+/// leaf or a tensor without grad).
+std::vector<std::string> autograd_node_names(const at::Tensor& root);
 
 /// The fraction of rows of `scores` [N, C] whose argmax equals `labels` [N].
 double accuracy(const at::Tensor& scores, const at::Tensor& labels);

@@ -70,14 +70,8 @@ TORCH_MODULE(DigitsNet);
 /// Names of the autograd nodes reachable from `root` that come from customop formulas.
 std::unordered_set<std::string> customop_nodes(const at::Tensor& root) {
   std::unordered_set<std::string> names;
-  std::unordered_set<torch::autograd::Node*> seen;
-  std::vector<std::shared_ptr<torch::autograd::Node>> todo{root.grad_fn()};
-  while (!todo.empty()) {
-    auto node = std::move(todo.back());
-    todo.pop_back();
-    if (!node || !seen.insert(node.get()).second) continue;
-    if (node->name().find("customop") != std::string::npos) names.insert(node->name());
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function);
+  for (const auto& name : customop::examples::autograd_node_names(root)) {
+    if (name.find("customop") != std::string::npos) names.insert(name);
   }
   return names;
 }

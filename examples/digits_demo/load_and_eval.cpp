@@ -12,7 +12,6 @@
 
 #include <chrono>
 #include <iostream>
-#include <unordered_set>
 
 namespace {
 
@@ -28,21 +27,6 @@ constexpr const char* kUsage =
     "  --min-accuracy fail (exit 1) below this held-out accuracy (default 0.95)\n"
     "  --max-diff     fail (exit 1) when C++ and Python outputs or grads differ by more (1e-5)\n"
     "exit: 0 ok, 1 a check failed, 2 bad usage, 3 an op the model calls is not loaded\n";
-
-/// Names of the autograd nodes reachable from `root` (each node once).
-std::vector<std::string> autograd_node_names(const at::Tensor& root) {
-  std::vector<std::string> names;
-  std::unordered_set<torch::autograd::Node*> seen;
-  std::vector<std::shared_ptr<torch::autograd::Node>> todo{root.grad_fn()};
-  while (!todo.empty()) {
-    auto node = std::move(todo.back());
-    todo.pop_back();
-    if (!node || !seen.insert(node.get()).second) continue;
-    names.push_back(node->name());
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function);
-  }
-  return names;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -97,7 +81,7 @@ int run(const std::map<std::string, std::string>& flags) {
     ++n_params;
   }
   std::map<std::string, int> custom_nodes;
-  for (const auto& name : autograd_node_names(loss)) {
+  for (const auto& name : customop::examples::autograd_node_names(loss)) {
     if (name.find("customop") != std::string::npos) ++custom_nodes[name];
   }
   std::cout << "backward: " << n_params << " parameter gradients, max |C++ - Python| " << grad_diff

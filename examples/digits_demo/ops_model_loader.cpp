@@ -1,5 +1,7 @@
 #include "ops_model_loader.h"
 
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
 #include <dlfcn.h>
 
 #include <regex>
@@ -16,6 +18,29 @@ void load_ops_library(const std::string& path) {
   }
 }
 
+namespace {
+// "cannot load <what> '<path>': it calls the op <op>, which is not registered ..." and how to
+// register it.
+std::string missing_op_message(const std::string& what, const std::string& path,
+                               const std::string& op) {
+  const std::string ns = op.substr(0, op.find("::"));
+  std::string message = "cannot load " + what + " '" + path + "': it calls the op " + op +
+                        ", which is not registered in this process.\n";
+  if (ns == "customop") {
+    message +=
+        "The customop ops live in libcustomop_ops.so (build/<preset>/plugin/ops/); load it "
+        "before the model: pass --ops-library /path/to/libcustomop_ops.so to this program, "
+        "link the program against customop::ops, or call "
+        "torch.ops.load_library(\"/path/to/libcustomop_ops.so\") in Python.";
+  } else {
+    message += "Load the library that defines the '" + ns +
+               "' namespace before the model (dlopen it, link it, or "
+               "torch.ops.load_library in Python).";
+  }
+  return message;
+}
+}  // namespace
+
 torch::jit::Module load_scripted_model(const std::string& path) {
   try {
     return torch::jit::load(path, torch::kCPU);
@@ -28,21 +53,23 @@ torch::jit::Module load_scripted_model(const std::string& path) {
     std::smatch m;
     if (!std::regex_search(what, m, kUnknownOp)) throw;
     const std::string op = m[1].str();
-    const std::string ns = op.substr(0, op.find("::"));
-    std::string message = "cannot load the TorchScript model '" + path + "': it calls the op " +
-                          op + ", which is not registered in this process.\n";
-    if (ns == "customop") {
-      message +=
-          "The customop ops live in libcustomop_ops.so (build/<preset>/plugin/ops/); load it "
-          "before the model: pass --ops-library /path/to/libcustomop_ops.so to this program, "
-          "link the program against customop::ops, or call "
-          "torch.ops.load_library(\"/path/to/libcustomop_ops.so\") in Python.";
-    } else {
-      message += "Load the library that defines the '" + ns +
-                 "' namespace before the model (dlopen it, link it, or "
-                 "torch.ops.load_library in Python).";
-    }
-    throw MissingOpError(op, message);
+    throw MissingOpError(op, missing_op_message("the TorchScript model", path, op));
+  }
+}
+
+std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti_package(
+    const std::string& path) {
+  try {
+    return std::make_unique<torch::inductor::AOTIModelPackageLoader>(path);
+  } catch (const std::exception& e) {
+    // NB: the package's proxy executor looks each extern op up by name when it loads:
+    // "Could not find schema for customop::rms_norm.default" (or ":default").
+    static const std::regex kMissing(R"(Could not find schema for ([A-Za-z_]\w*::[A-Za-z_]\w*))");
+    const std::string what = e.what();
+    std::smatch m;
+    if (!std::regex_search(what, m, kMissing)) throw;
+    const std::string op = m[1].str();
+    throw MissingOpError(op, missing_op_message("the AOTInductor package", path, op));
   }
 }
 

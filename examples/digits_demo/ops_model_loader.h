@@ -5,6 +5,7 @@
 
 #include <torch/script.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -39,5 +40,23 @@ void load_ops_library(const std::string& path);
 ///   try { auto m = customop::examples::load_scripted_model(path); }
 ///   catch (const customop::examples::MissingOpError& e) { std::cerr << e.what(); }
 torch::jit::Module load_scripted_model(const std::string& path);
+
+}  // namespace customop::examples
+
+namespace torch::inductor {
+class AOTIModelPackageLoader;
+}  // namespace torch::inductor
+
+namespace customop::examples {
+
+/// Loads an AOTInductor package (`.pt2` from torch._inductor.aoti_compile_and_package) for
+/// the CPU, the successor of torch::jit::load. When the package calls an op nobody
+/// registered, throws MissingOpError naming the op and how to load libcustomop_ops.so (as
+/// load_scripted_model does); other load errors propagate unchanged.
+/// Example:
+///   customop::examples::load_ops_library("build/release/plugin/ops/libcustomop_ops.so");
+///   auto package = customop::examples::load_aoti_package("digits_model.pt2");
+///   at::Tensor probs = package->run({x}).at(0);
+std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti_package(const std::string& path);
 
 }  // namespace customop::examples

@@ -3,9 +3,11 @@ TorchScript module, and exports what the C++ programs need.
 
     python train.py --ops-library build/release/plugin/ops/libcustomop_ops.so --out DIR
 
-Writes to DIR: digits_model.pt (the trained scripted model), digits_data.pt (the train/test
-split, the model's held-out probabilities and one batch's gradients, for load_and_eval and
-frontend_train), losses_torchscript.csv, train_torchscript.json and loss_curve.png.
+Writes to DIR: digits_model.pt (the trained scripted model), digits_model.pt2 (the same
+weights through torch.export with a dynamic batch dim and AOTInductor, for aoti_eval),
+digits_data.pt (the train/test split, the model's held-out probabilities (TorchScript and
+AOTI) and one batch's gradients, for load_and_eval, aoti_eval and frontend_train),
+losses_torchscript.csv, train_torchscript.json and loss_curve.png.
 """
 
 import argparse
@@ -109,6 +111,31 @@ def train(model, x_tr, y_tr, x_te, y_te):
     return history
 
 
+class Inference(torch.nn.Module):
+    """DigitsNet's forward without the class mask: what torch.export exports."""
+
+    def __init__(self, net: DigitsNet):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x, None)
+
+
+def export_aoti(scripted, x_example: torch.Tensor, path: pathlib.Path) -> torch.Tensor:
+    """torch.export (batch dim dynamic) + AOTInductor package of the trained weights; returns
+    the package's held-out probabilities as Python computes them (the C++ loader compares)."""
+    net = DigitsNet()
+    net.load_state_dict(scripted.state_dict())
+    net.eval()
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    with torch.no_grad():
+        program = torch.export.export(Inference(net), (x_example[:8],),
+                                      dynamic_shapes={"x": {0: batch}})
+        package = torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+        return torch._inductor.aoti_load_package(package)(x_example)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops-library", default=os.environ.get("CUSTOMOP_OPS_LIB", str(DEFAULT_OPS_LIB)),
@@ -139,13 +166,19 @@ def main(argv=None):
     reloaded = torch.jit.load(str(model_path))
     with torch.no_grad():
         reload_diff = (reloaded(x_te) - probs).abs().max().item()
+    t0 = time.perf_counter()
+    aoti_path = out / "digits_model.pt2"
+    aoti_probs = export_aoti(model, x_te, aoti_path)
+    aoti_s = time.perf_counter() - t0
+    aoti_acc = (aoti_probs.argmax(1) == y_te).double().mean().item()
+    aoti_diff = (aoti_probs - probs).abs().max().item()
 
     # One batch's gradients, for the C++ loader to compare against.
     model.train()
     model.zero_grad()
     model.loss(x_tr[:GRAD_BATCH], y_tr[:GRAD_BATCH]).backward()
     tensors = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te,
-               "py_probs_test": probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
+               "py_probs_test": probs, "py_aoti_probs_test": aoti_probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
                "y_grad": y_tr[:GRAD_BATCH].clone()}
     for name, param in model.named_parameters():
         tensors["grad." + name] = param.grad.detach().clone()
@@ -156,14 +189,17 @@ def main(argv=None):
         f.writelines(f"{e},{l:.6f},{a:.6f}\n" for e, l, a in history)
     summary = {"test_accuracy": acc, "n_train": len(x_tr), "n_test": len(x_te), "epochs": EPOCHS,
                "train_seconds": train_s, "final_train_loss": history[-1][1],
-               "max_abs_diff_reload": reload_diff}
+               "max_abs_diff_reload": reload_diff, "aoti_test_accuracy": aoti_acc,
+               "aoti_max_abs_diff_vs_torchscript": aoti_diff, "aoti_export_compile_seconds": aoti_s}
     (out / "train_torchscript.json").write_text(json.dumps(summary, indent=1) + "\n")
     sys.path.insert(0, str(HERE))
     from plot_losses import plot
     png = plot(out)
     print(f"TorchScript model: held-out accuracy {acc:.4f} ({len(x_te)} images), "
           f"{EPOCHS} epochs in {train_s:.1f} s, final train loss {history[-1][1]:.4f}")
-    print(f"saved {model_path}, {out / 'digits_data.pt'}, {png}")
+    print(f"AOTInductor package (torch.export, dynamic batch): held-out accuracy {aoti_acc:.4f}, "
+          f"max |AOTI - TorchScript| {aoti_diff:.2e}, export + compile {aoti_s:.1f} s")
+    print(f"saved {model_path}, {aoti_path}, {out / 'digits_data.pt'}, {png}")
     return 0
 
 

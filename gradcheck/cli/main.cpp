@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   double nondet_tol = 0.0;
   bool second_order = false;
   std::string low_precision = "auto";
-  std::string json_path, heatmap_dir, samples_path;
+  std::string json_path, heatmap_dir, samples_path, dump_samples_path;
   std::vector<std::string> libraries;
   bool quiet = false;
 
@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
                  "Check the cases of a JSON input spec (any dispatcher op) instead of the "
                  "registered samples")
       ->check(CLI::ExistingFile);
+  app.add_option("--dump-samples", dump_samples_path,
+                 "Write the registered samples (cpu; --op, --dtype and --seed apply) to FILE "
+                 "with torch::pickle_save for Python (torch.load(FILE, weights_only=True)), "
+                 "then exit");
   app.add_flag("-q,--quiet", quiet, "No progress lines on stderr");
 
   try {
@@ -196,6 +200,16 @@ int main(int argc, char** argv) {
                                 ? gc::LowPrecisionMethod::kFloat64Reference
                                 : gc::LowPrecisionMethod::kAuto;
   if (!quiet) run.progress = [](const std::string& line) { std::cerr << line << std::endl; };
+
+  if (!dump_samples_path.empty()) {
+    try {
+      const std::size_t n = gc::save_samples(dump_samples_path, run);
+      std::cout << "wrote " << n << " samples to " << dump_samples_path << "\n";
+      return kPassed;
+    } catch (const std::exception& e) {
+      return usage_error(first_line(e));
+    }
+  }
 
   gc::RunSummary summary;
   try {

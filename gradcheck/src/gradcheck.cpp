@@ -5,6 +5,7 @@
 #include <customop/gradcheck/report.h>
 
 #include "detail/checker.h"
+#include "detail/fake_check.h"
 #include "detail/function.h"
 
 #include <ATen/ATen.h>
@@ -309,7 +310,12 @@ GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
   BoxedFunction fn = boxed_from_handle(op.handle(), op.has_kernel(c10::DeviceType::CPU));
   fn.arg_names.clear();
   for (const auto& a : op.args()) fn.arg_names.push_back(a.name);
-  return gradcheck(fn, args, options);
+  GradcheckOptions inner = options;
+  inner.raise_exception = false;
+  GradcheckResult r = gradcheck(fn, args, inner);
+  if (options.check_fake_kernel && op.has_fake_kernel()) detail::check_fake_kernel(op, args, r);
+  if (!r.passed && options.raise_exception) throw GradcheckError(r);
+  return r;
 }
 
 std::string GradcheckResult::message() const { return format_report(*this); }

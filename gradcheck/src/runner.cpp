@@ -9,12 +9,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
 
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 namespace customop::gradcheck {
@@ -63,6 +65,36 @@ void load_library(const std::string& path) {
   }
 }
 
+std::size_t save_samples(const std::string& path, const RunOptions& options) {
+  c10::impl::GenericDict out(c10::StringType::get(), c10::AnyType::get());
+  std::size_t count = 0;
+  for (const OpCore* op : registered_ops()) {
+    if (!glob_match(options.op_glob, op->name()) || !op->has_samples()) continue;
+    c10::impl::GenericList cases(c10::AnyType::get());
+    for (auto dtype : options.dtypes) {
+      at::manual_seed(options.check.seed);
+      for (auto& s : op->samples(c10::Device(c10::kCPU), dtype)) {
+        c10::impl::GenericDict entry(c10::StringType::get(), c10::AnyType::get());
+        entry.insert("label", s.label);
+        entry.insert("dtype", std::string(c10::getDtypeNames(dtype).first));
+        c10::impl::GenericList args(c10::AnyType::get());
+        for (auto& v : s.args) args.push_back(std::move(v));
+        entry.insert("args", std::move(args));
+        cases.push_back(std::move(entry));
+        ++count;
+      }
+    }
+    out.insert(op->name(), std::move(cases));
+  }
+  TORCH_CHECK_VALUE(count > 0, "no registered op with samples matches '", options.op_glob, "'");
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(std::move(out)));
+  std::ofstream file(path, std::ios::binary);
+  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  file.flush();
+  TORCH_CHECK_VALUE(file.good(), "cannot write the samples to '", path, "'");
+  return count;
+}
+
 std::string format_op_list(std::string_view glob) {
   std::ostringstream os;
   for (const OpCore* op : registered_ops()) {
@@ -75,7 +107,8 @@ std::string format_op_list(std::string_view glob) {
       first = false;
     }
     os << "]" << (op->has_autograd() ? " backward" : " no-backward")
-       << (op->has_samples() ? " samples" : " no-samples") << "  " << op->schema() << "\n";
+       << (op->has_samples() ? " samples" : " no-samples")
+       << (op->has_fake_kernel() ? " fake" : " no-fake") << "  " << op->schema() << "\n";
   }
   return os.str();
 }

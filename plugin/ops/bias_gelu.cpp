@@ -21,9 +21,9 @@ void check_bias_gelu(const BiasGeluArgs& a, c10::DeviceType device) {
   check_same_dtype("bias_gelu", "bias", a.bias, "input", a.input);
   TORCH_CHECK(a.input.dim() >= 1,
               "bias_gelu: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
-  const int64_t d = a.input.size(-1);
-  TORCH_CHECK(a.bias.dim() == 1 && a.bias.size(0) == d, "bias_gelu: bias must have shape [D] = [",
-              d, "], but got ", a.bias.sizes());
+  const c10::SymInt d = a.input.sym_size(-1);
+  TORCH_CHECK(a.bias.dim() == 1 && a.bias.sym_size(0) == d,
+              "bias_gelu: bias must have shape [D] = [", d, "], but got ", a.bias.sym_sizes());
   TORCH_CHECK_VALUE(a.approximate == "none" || a.approximate == "tanh",
                     "bias_gelu: approximate must be \"none\" or \"tanh\", but got \"",
                     a.approximate, "\"");
@@ -71,8 +71,14 @@ BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad)
     dgelu = 0.5 * (1 + at::erf(x * M_SQRT1_2)) + x * at::exp(-0.5 * x * x) * k_inv_sqrt_2pi;
   }
   const at::Tensor grad_input = g * dgelu;
-  const at::Tensor grad_bias = grad_input.sum_to_size(s.bias.sizes());
+  const at::Tensor grad_bias = grad_input.sum_to_size_symint(s.bias.sym_sizes());
   return {grad_input.to(dtype), grad_bias.to(dtype)};
+}
+
+// Output metadata only: input's shape and dtype, contiguous (as the CPU and CUDA kernels).
+at::Tensor bias_gelu_fake(const BiasGeluArgs& a) {
+  detail::check_bias_gelu(a, c10::DeviceType::Meta);
+  return at::empty_symint(a.input.sym_sizes(), a.input.options());
 }
 
 std::vector<std::pair<std::string, BiasGeluArgs>> bias_gelu_samples(c10::Device dev,
@@ -101,6 +107,7 @@ Op<BiasGeluArgs>& bias_gelu_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::bias_gelu_cuda);
 #endif
+    o.impl_fake(&bias_gelu_fake);
     o.impl_autograd(&bias_gelu_save, &bias_gelu_backward);
     o.samples(&bias_gelu_samples);
     return o;

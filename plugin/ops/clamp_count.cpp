@@ -5,6 +5,7 @@
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -40,12 +41,20 @@ ClampCountSaved clamp_count_save(const ClampCountArgs& a, const ClampCountResult
   return {a.input, a.min, a.max};
 }
 
-// torch.clamp's gradient: g where min <= x <= max (the bounds included), 0 elsewhere and at
+// g where min <= x <= max (the bounds included; torch.clamp's up to 2.14), 0 elsewhere and at
 // NaN. NB: comparing with the double bounds rounds them to x's dtype, as the forward does.
 ClampCountGrads clamp_count_backward(const ClampCountSaved& s, const at::Tensor& grad,
-                                     customop::NoGrad /*clamped*/) {
+                                     const at::Tensor& /*grad_clamped*/) {
   const at::Tensor inside = (s.input >= s.min).logical_and_(s.input <= s.max);
   return {at::where(inside, grad, at::zeros_like(grad))};
+}
+
+// Output metadata only: output of input's shape and dtype (contiguous) and the 0-dim int64
+// count, as the CPU and CUDA kernels return them.
+ClampCountResult clamp_count_fake(const ClampCountArgs& a) {
+  detail::check_clamp_count(a, c10::DeviceType::Meta);
+  return {at::empty_symint(a.input.sym_sizes(), a.input.options()),
+          at::empty({}, a.input.options().dtype(at::kLong))};
 }
 
 // Normal values moved at least 0.05 away from both bounds (finite differences must not
@@ -75,11 +84,12 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
   static Op<ClampCountArgs, ClampCountResult>& op = []() -> Op<ClampCountArgs, ClampCountResult>& {
     auto& o = define<ClampCountArgs, ClampCountResult>(
         "customop::clamp_count(Tensor input, float min, float max) -> "
-        "(Tensor output, int clamped)");
+        "(Tensor output, Tensor clamped)");
     o.impl(c10::DeviceType::CPU, &detail::clamp_count_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::clamp_count_cuda);
 #endif
+    o.impl_fake(&clamp_count_fake);
     o.impl_autograd(&clamp_count_save, &clamp_count_backward, {true, false});
     o.samples(&clamp_count_samples);
     return o;

@@ -5,6 +5,7 @@
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 
 namespace customop::ops {
 
@@ -17,8 +18,8 @@ void check_masked_softmax(const MaskedSoftmaxArgs& a, c10::DeviceType device) {
     TORCH_CHECK_TYPE(a.mask->scalar_type() == at::kBool,
                      "masked_softmax: mask must be a bool tensor, but got ",
                      dtype_name(a.mask->scalar_type()));
-    const auto in = a.input.sizes();
-    const auto m = a.mask->sizes();
+    const auto in = a.input.sym_sizes();
+    const auto m = a.mask->sym_sizes();
     bool ok = m.size() <= in.size();
     for (size_t i = 1; ok && i <= m.size(); ++i) {
       ok = m[m.size() - i] == 1 || m[m.size() - i] == in[in.size() - i];
@@ -58,6 +59,12 @@ MaskedSoftmaxGrads masked_softmax_backward(const MaskedSoftmaxSaved& s, const at
   return {grad_input.to(dtype), std::nullopt};
 }
 
+// Output metadata only: input's shape and dtype, contiguous (as the CPU and CUDA kernels).
+at::Tensor masked_softmax_fake(const MaskedSoftmaxArgs& a) {
+  detail::check_masked_softmax(a, c10::DeviceType::Meta);
+  return at::empty_symint(a.input.sym_sizes(), a.input.options());
+}
+
 std::vector<std::pair<std::string, MaskedSoftmaxArgs>> masked_softmax_samples(c10::Device dev,
                                                                               c10::ScalarType dt) {
   using detail::sample_randn;
@@ -90,6 +97,7 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::masked_softmax_cuda);
 #endif
+    o.impl_fake(&masked_softmax_fake);
     o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);
     o.samples(&masked_softmax_samples);
     return o;

@@ -6,6 +6,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 
@@ -19,20 +20,9 @@ void check_max_along(const MaxAlongArgs& a, c10::DeviceType device) {
   check_floating("max_along", "input", a.input, device);
   const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());
   if (a.input.dim() > 0) {
-    TORCH_CHECK(a.input.size(dim) > 0, "max_along: input must have a non-empty dim ", a.dim,
-                " to reduce, but got shape ", a.input.sizes());
+    TORCH_CHECK(a.input.sym_size(dim) > 0, "max_along: input must have a non-empty dim ", a.dim,
+                " to reduce, but got shape ", a.input.sym_sizes());
   }
-}
-
-std::vector<int64_t> max_along_out_sizes(at::IntArrayRef input_sizes, int64_t dim, bool keepdim) {
-  std::vector<int64_t> out = input_sizes.vec();
-  if (out.empty()) return out;
-  if (keepdim) {
-    out[static_cast<size_t>(dim)] = 1;
-  } else {
-    out.erase(out.begin() + dim);
-  }
-  return out;
 }
 
 }  // namespace detail
@@ -41,8 +31,8 @@ namespace {
 
 struct MaxAlongSaved {
   at::Tensor indices;
-  std::vector<int64_t> input_sizes;
-  int64_t dim;  // wrapped
+  std::vector<c10::SymInt> input_sizes;  // symbolic under torch.compile(dynamic=True)
+  int64_t dim;                           // wrapped
   bool keepdim;
 };
 
@@ -51,7 +41,7 @@ struct MaxAlongGrads {
 };
 
 MaxAlongSaved max_along_save(const MaxAlongArgs& a, const MaxAlongResult& out) {
-  return {std::get<1>(out), a.input.sizes().vec(),
+  return {std::get<1>(out), a.input.sym_sizes().vec(),
           detail::wrap_dim("max_along", a.dim, a.input.dim()), a.keepdim};
 }
 
@@ -66,7 +56,17 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
     g = g.unsqueeze(s.dim);
     idx = idx.unsqueeze(s.dim);
   }
-  return {at::zeros(s.input_sizes, g.options()).scatter(s.dim, idx, g)};
+  return {at::zeros_symint(s.input_sizes, g.options()).scatter(s.dim, idx, g)};
+}
+
+// Output metadata only: values (input's dtype) and int64 indices of max_along_out_sizes,
+// contiguous (as the CPU and CUDA kernels).
+MaxAlongResult max_along_fake(const MaxAlongArgs& a) {
+  detail::check_max_along(a, c10::DeviceType::Meta);
+  const int64_t dim = detail::wrap_dim("max_along", a.dim, a.input.dim());
+  const auto sizes = detail::max_along_out_sizes(a.input.sym_sizes(), dim, a.keepdim);
+  return {at::empty_symint(sizes, a.input.options()),
+          at::empty_symint(sizes, a.input.options().dtype(at::kLong))};
 }
 
 // Distinct values at least 0.37 apart (no ties, so finite differences see no kink).
@@ -101,6 +101,7 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::max_along_cuda);
 #endif
+    o.impl_fake(&max_along_fake);
     o.impl_autograd(&max_along_save, &max_along_backward, {true, false});
     o.samples(&max_along_samples);
     return o;

@@ -5,6 +5,7 @@
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/rsqrt.h>
 
 namespace customop::ops {
@@ -17,9 +18,10 @@ void check_rms_norm(const RmsNormArgs& a, c10::DeviceType device) {
   check_same_dtype("rms_norm", "weight", a.weight, "input", a.input);
   TORCH_CHECK(a.input.dim() >= 1,
               "rms_norm: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
-  const int64_t d = a.input.size(-1);
-  TORCH_CHECK(a.weight.dim() == 1 && a.weight.size(0) == d,
-              "rms_norm: weight must have shape [D] = [", d, "], but got ", a.weight.sizes());
+  // NB: sym_size/sym_sizes, so the fake kernel keeps symbolic shapes symbolic.
+  const c10::SymInt d = a.input.sym_size(-1);
+  TORCH_CHECK(a.weight.dim() == 1 && a.weight.sym_size(0) == d,
+              "rms_norm: weight must have shape [D] = [", d, "], but got ", a.weight.sym_sizes());
   TORCH_CHECK_VALUE(a.eps >= 0, "rms_norm: eps must be >= 0, but got ", a.eps);
 }
 
@@ -56,8 +58,14 @@ RmsNormGrads rms_norm_backward(const RmsNormSaved& s, const at::Tensor& grad) {
   const at::Tensor xhat = x * r;
   const at::Tensor gw = g * w;
   const at::Tensor grad_input = r * (gw - xhat * (gw * xhat).mean(-1, /*keepdim=*/true));
-  const at::Tensor grad_weight = (g * xhat).sum_to_size(w.sizes());
+  const at::Tensor grad_weight = (g * xhat).sum_to_size_symint(w.sym_sizes());
   return {grad_input.to(dtype), grad_weight.to(dtype)};
+}
+
+// Output metadata only: input's shape and dtype, contiguous (as the CPU and CUDA kernels).
+at::Tensor rms_norm_fake(const RmsNormArgs& a) {
+  detail::check_rms_norm(a, c10::DeviceType::Meta);
+  return at::empty_symint(a.input.sym_sizes(), a.input.options());
 }
 
 std::vector<std::pair<std::string, RmsNormArgs>> rms_norm_samples(c10::Device dev,
@@ -85,6 +93,7 @@ Op<RmsNormArgs>& rms_norm_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);
 #endif
+    o.impl_fake(&rms_norm_fake);
     o.impl_autograd(&rms_norm_save, &rms_norm_backward);
     o.samples(&rms_norm_samples);
     return o;

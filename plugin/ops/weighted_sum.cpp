@@ -5,6 +5,7 @@
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 
 #include <string>
 
@@ -26,9 +27,9 @@ void check_weighted_sum(const WeightedSumArgs& a, c10::DeviceType device) {
                      "inputs[0]", first);
   }
   for (size_t k = 1; k < a.inputs.size(); ++k) {
-    TORCH_CHECK(a.inputs[k].sizes() == first.sizes(), "weighted_sum: inputs[", k,
-                "] must have the shape of inputs[0] = ", first.sizes(), ", but got ",
-                a.inputs[k].sizes());
+    TORCH_CHECK(a.inputs[k].sym_sizes() == first.sym_sizes(), "weighted_sum: inputs[", k,
+                "] must have the shape of inputs[0] = ", first.sym_sizes(), ", but got ",
+                a.inputs[k].sym_sizes());
   }
   TORCH_CHECK_VALUE(a.weights.size() == a.inputs.size(),
                     "weighted_sum: weights must have one entry per tensor in inputs (",
@@ -59,6 +60,12 @@ WeightedSumGrads weighted_sum_backward(const WeightedSumSaved& s, const at::Tens
   return out;
 }
 
+// Output metadata only: inputs[0]'s shape and dtype, contiguous (as the CPU and CUDA kernels).
+at::Tensor weighted_sum_fake(const WeightedSumArgs& a) {
+  detail::check_weighted_sum(a, c10::DeviceType::Meta);
+  return at::empty_symint(a.inputs[0].sym_sizes(), a.inputs[0].options());
+}
+
 std::vector<std::pair<std::string, WeightedSumArgs>> weighted_sum_samples(c10::Device dev,
                                                                           c10::ScalarType dt) {
   using detail::sample_randn;
@@ -87,6 +94,7 @@ Op<WeightedSumArgs>& weighted_sum_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::weighted_sum_cuda);
 #endif
+    o.impl_fake(&weighted_sum_fake);
     o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);
     o.samples(&weighted_sum_samples);
     return o;

@@ -1,9 +1,11 @@
 #include <customop/op_core.h>
 
+#include <ATen/FuncTorchTLS.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -177,7 +179,25 @@ std::string join_keys(const std::set<std::string>& keys) {
   return out + "}";
 }
 
-const char* device_name(c10::DeviceType d) { return d == c10::DeviceType::CUDA ? "CUDA" : "CPU"; }
+const char* device_name(c10::DeviceType d) {
+  switch (d) {
+    case c10::DeviceType::CUDA: return "CUDA";
+    case c10::DeviceType::Meta: return "fake (Meta)";
+    default: return "CPU";
+  }
+}
+
+// The kernel slot of a device: CPU 0, CUDA 1, Meta (the fake kernel) 2.
+size_t kernel_slot(c10::DeviceType d) {
+  switch (d) {
+    case c10::DeviceType::CUDA: return 1;
+    case c10::DeviceType::Meta: return 2;
+    default: return 0;
+  }
+}
+
+constexpr c10::DeviceType kKernelDevices[] = {c10::DeviceType::CPU, c10::DeviceType::CUDA,
+                                              c10::DeviceType::Meta};
 
 }  // namespace
 
@@ -326,7 +346,11 @@ std::unique_ptr<torch::Library> make_fragment(const std::string& ns,
 }
 
 c10::DispatchKey dispatch_key_for(c10::DeviceType d) {
-  return d == c10::DeviceType::CUDA ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
+  switch (d) {
+    case c10::DeviceType::CUDA: return c10::DispatchKey::CUDA;
+    case c10::DeviceType::Meta: return c10::DispatchKey::Meta;
+    default: return c10::DispatchKey::CPU;
+  }
 }
 }  // namespace
 
@@ -336,12 +360,15 @@ void OpCore::register_with_dispatcher() {
   schema_text << schema_;
   lib->def(schema_text.str().c_str());
   handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(name_.c_str(), "");
-  for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+  // NB: the Meta indirection is installed even without a fake kernel, so that FakeTensor
+  // (torch.compile, torch.export) reaches device_kernel's error naming the op and impl_fake
+  // instead of torch's generic "does not support running with fake tensors".
+  for (auto device : kKernelDevices) {
     lib->impl(unqualified(name_).c_str(),
               torch::dispatch(dispatch_key_for(device),
                               torch::CppFunction::makeFromBoxedFunctor(
                                   std::make_unique<DeviceKernel>(this, device))));
-    device_indirection_installed_[device == c10::DeviceType::CUDA] = true;
+    device_indirection_installed_[kernel_slot(device)] = true;
   }
   const bool non_tensor_return = std::any_of(returns_.begin(), returns_.end(), [](ArgKind k) {
     return k != ArgKind::kTensor && k != ArgKind::kTensorList;
@@ -419,31 +446,47 @@ void OpCore::install_autograd_indirection() {
 // ---- kernels -----------------------------------------------------------------------------
 
 bool OpCore::has_kernel(c10::DeviceType device) const {
-  return (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_).load() != nullptr;
+  const bool known = device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA ||
+                     device == c10::DeviceType::Meta;
+  return known && kernels_[kernel_slot(device)].load(std::memory_order_acquire) != nullptr;
 }
 
 void OpCore::set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc) {
+  TORCH_CHECK_VALUE(device != c10::DeviceType::Meta, name_,
+                    ": impl() does not take c10::DeviceType::Meta; register the fake kernel with "
+                    "op.impl_fake(kernel) (at ",
+                    format_location(loc), ")");
   TORCH_CHECK_VALUE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA, name_,
                     ": impl() takes c10::DeviceType::CPU or c10::DeviceType::CUDA, got ",
                     c10::DeviceTypeName(device), " (at ", format_location(loc), ")");
-  auto& slot = device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_;
+  install_kernel(device, std::move(fn), loc);
+}
+
+void OpCore::set_fake_kernel(detail::BoxedKernel fn, std::source_location loc) {
+  install_kernel(c10::DeviceType::Meta, std::move(fn), loc);
+}
+
+void OpCore::install_kernel(c10::DeviceType device, detail::BoxedKernel fn,
+                            std::source_location loc) {
+  const size_t slot_index = kernel_slot(device);
+  auto& slot = kernels_[slot_index];
+  const char* what = device == c10::DeviceType::Meta ? "impl_fake" : "impl";
   if (const auto* first = slot.load()) {
-    TORCH_CHECK(false, name_, ": a ", device_name(device), " impl is already registered at ",
+    TORCH_CHECK(false, name_, ": a ", device_name(device), " ", what, " is already registered at ",
                 format_location(first->loc), "; the second one at ", format_location(loc),
-                " is refused (one impl per device)");
+                " is refused (one per device)");
   }
-  const bool is_cuda = device == c10::DeviceType::CUDA;
-  if (!device_indirection_installed_[is_cuda]) {
+  if (!device_indirection_installed_[slot_index]) {
     TORCH_CHECK(!handle_->hasKernelForDispatchKey(dispatch_key_for(device)), name_,
                 ": already has a ", device_name(device), " kernel registered outside customop (",
-                handle_->debug(), "); the impl at ", format_location(loc), " is refused");
+                handle_->debug(), "); the ", what, " at ", format_location(loc), " is refused");
     auto lib = make_fragment(ns_, loc);
     lib->impl(unqualified(name_).c_str(),
               torch::dispatch(dispatch_key_for(device),
                               torch::CppFunction::makeFromBoxedFunctor(
                                   std::make_unique<DeviceKernel>(this, device))));
     libraries_.push_back(std::move(lib));
-    device_indirection_installed_[is_cuda] = true;
+    device_indirection_installed_[slot_index] = true;
   }
   kernel_storage_.push_back(
       std::make_unique<detail::KernelEntry>(detail::KernelEntry{std::move(fn), loc}));
@@ -471,15 +514,63 @@ void check_tensor_args_defined(const std::string& name_, const std::vector<ArgSp
     }
   }
 }
+// Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp) would need a JVP formula; the
+// generated autograd Function has only the VJP, and torch's own error does not name the op.
+void check_no_forward_grad(const std::string& name_, const std::vector<ArgSpec>& args_,
+                           const torch::jit::Stack& stack) {
+  if (!torch::autograd::ForwardADLevel::has_any_level()) return;  // no dual level entered
+  const size_t n = args_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = stack[stack.size() - n + i];
+    auto dual = [](const at::Tensor& t) { return t.defined() && t._fw_grad(0).defined(); };
+    bool has_tangent = false;
+    if (v.isTensor()) {
+      has_tangent = dual(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) has_tangent = has_tangent || dual(t);
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        !has_tangent, name_, ": forward-mode AD is not supported: argument '", args_[i].name,
+        "' carries a tangent (torch.autograd.forward_ad dual tensor, torch.func.jvp or "
+        "jacfwd), but customop ops have a reverse-mode formula (impl_backward) only. Use "
+        "reverse mode (Tensor.backward, torch.autograd.grad) instead");
+  }
+}
+
+// torch.func's differentiating transforms cannot run a C++ autograd::Function (the generated
+// Function); torch's own error says so without naming the op.
+void check_no_functorch_grad(const std::string& name_) {
+  const auto& tls = at::functorch::functorchTLSAccessor();
+  if (!tls) return;
+  try {
+    tls->checkSupportsCppAutogradFunction();
+  } catch (const c10::Error&) {
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, name_,
+        ": torch.func transforms that differentiate (grad, vjp, jacrev, jacfwd, hessian) are "
+        "not supported: the op's backward is a C++ torch::autograd::Function, which torch.func "
+        "cannot transform. Use Tensor.backward or torch.autograd.grad (torch.func.vmap works, "
+        "through torch's batching fallback)");
+  }
+}
 }  // namespace
 
 void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
-  const auto* entry = (device == c10::DeviceType::CUDA ? cuda_kernel_ : cpu_kernel_)
-                          .load(std::memory_order_acquire);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      entry != nullptr, name_, ": no ", device_name(device),
-      " impl registered. Register one with op.impl(c10::DeviceType::", device_name(device),
-      ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
+  const auto* entry = kernels_[kernel_slot(device)].load(std::memory_order_acquire);
+  if (entry == nullptr) {
+    // NB: a RuntimeError, not NotImplementedError, for Meta: FakeTensor turns the latter into
+    // its generic UnsupportedOperatorException, which would drop the op's name and the fix.
+    TORCH_CHECK(device != c10::DeviceType::Meta, name_,
+                ": no fake (Meta) kernel registered, so the op cannot run on meta tensors, "
+                "under FakeTensor, torch.compile or torch.export. Register one with "
+                "op.impl_fake(kernel) (customop/op.h): kernel(const Args&) returns outputs of "
+                "the right shapes, dtypes and strides without reading data, e.g. "
+                "at::empty_symint(args.x.sym_sizes(), args.x.options())");
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, name_, ": no ", device_name(device),
+        " impl registered. Register one with op.impl(c10::DeviceType::", device_name(device),
+        ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
+  }
   check_tensor_args_defined(name_, args_, *stack);
   entry->fn(stack);
 }
@@ -547,7 +638,9 @@ std::string OpCore::backward_location() const {
 void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
                              torch::jit::Stack* stack) {
   check_tensor_args_defined(name_, args_, *stack);
+  check_no_forward_grad(name_, args_, *stack);
   if (save_loc_.has_value() && backward_loc_.has_value()) {
+    check_no_functorch_grad(name_);
     run_autograd(ks, stack);
     return;
   }

@@ -142,10 +142,15 @@ TEST(Dispatch, ImplForAnotherDeviceTypeRefused) {
   auto& op =
       customop::define<ScaleArgs>("core_dispatch::meta_impl(Tensor x, float alpha) -> Tensor");
   const auto msg = error_message<c10::ValueError>(
-      [&] { op.impl(c10::DeviceType::Meta, [](const ScaleArgs& a) { return a.x; }); });
+      [&] { op.impl(c10::DeviceType::MPS, [](const ScaleArgs& a) { return a.x; }); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_dispatch::meta_impl: impl() takes c10::DeviceType::CPU "
                                    "or c10::DeviceType::CUDA"),
-                         HasSubstr("META")));
+                         HasSubstr("MPS")));
+  // Meta is the fake kernel's: the message says where it goes.
+  const auto meta_msg = error_message<c10::ValueError>(
+      [&] { op.impl(c10::DeviceType::Meta, [](const ScaleArgs& a) { return a.x; }); });
+  EXPECT_THAT(meta_msg, HasSubstr("impl() does not take c10::DeviceType::Meta; register the fake "
+                                  "kernel with op.impl_fake(kernel)"));
 }
 
 // ---- the three ways to call an op --------------------------------------------------------

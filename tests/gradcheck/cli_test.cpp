@@ -86,7 +86,7 @@ TEST(Cli, UnloadableLibraryAndNoMatchingOpAreUsageErrors) {
 TEST(Cli, ListShowsLoadedOps) {
   const CliRun r = cli(kLoad + "--list --op 'customop_mutants::*'");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("customop_mutants::cube  [cpu, cuda] backward samples"));
+  EXPECT_THAT(r.out, HasSubstr("customop_mutants::cube  [cpu, cuda] backward samples no-fake"));
   EXPECT_THAT(r.out, HasSubstr("customop_mutants::f32_softplus_scale_1pct"));
 }
 

@@ -45,7 +45,7 @@ inline std::vector<DeviceDtype> cuda_params() {
 
 inline std::string param_name(const ::testing::TestParamInfo<DeviceDtype>& info) {
   return std::string(info.param.device == c10::DeviceType::CUDA ? "cuda_" : "cpu_") +
-         c10::getDtypeNames(info.param.dtype).first;
+         std::string(c10::getDtypeNames(info.param.dtype).first);
 }
 
 class DeviceTest : public ::testing::TestWithParam<DeviceDtype> {

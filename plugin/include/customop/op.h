@@ -92,6 +92,13 @@ inline constexpr bool kReturnHasBackward =
     std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::vector<at::Tensor>> ||
     std::is_same_v<T, int64_t> || std::is_same_v<T, double> || std::is_same_v<T, bool>;
 
+/// True when every return is a Tensor or Tensor[] (what a fake kernel can produce).
+template <class Returns>
+inline constexpr bool kAllReturnsTensors = false;
+template <class... R>
+inline constexpr bool kAllReturnsTensors<std::tuple<R...>> =
+    ((std::is_same_v<R, at::Tensor> || std::is_same_v<R, std::vector<at::Tensor>>)&&...);
+
 // ---- typed grads (an aggregate with one field per tensor-like argument) --------------------
 
 template <class T>
@@ -201,6 +208,39 @@ class Op final : public OpCore {
                   "second template argument of customop::define)");
     set_kernel(
         device,
+        [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
+          const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+          detail::push_returns(*stack, Ret(kernel(args)));
+        },
+        loc);
+    return *this;
+  }
+
+  /// Registers the fake kernel (the legacy CustomOp API's impl_abstract, torch.library's
+  /// register_fake) at the Meta dispatch key: `kernel(const Args&) -> Ret` gets meta tensors
+  /// (FakeTensors under torch.compile / torch.export / opcheck) and returns outputs with the
+  /// shapes, dtypes and strides the real kernels return, without reading any data. Keep shapes
+  /// symbolic (`sym_sizes()`, `sym_size(d)`, `at::empty_symint`, `at::empty_strided_symint`),
+  /// or torch.compile(dynamic=True) specialises and recompiles per shape.
+  /// A return of int/float/bool is a data-dependent value no fake kernel can compute: such ops
+  /// fail to compile here; return the value as a 0-dim Tensor instead.
+  /// Throws c10::Error naming the op if a fake kernel is already registered (naming the first
+  /// one's file:line) or the op already has a Meta kernel from outside customop.
+  ///
+  /// Example:
+  ///   op.impl_fake([](const ScaleArgs& a) { return at::empty_symint(a.x.sym_sizes(), a.x.options()); });
+  template <class F>
+  Op& impl_fake(F kernel, std::source_location loc = std::source_location::current()) {
+    static_assert(std::is_invocable_v<F&, const Args&>,
+                  "[customop] a fake kernel must be callable as kernel(const Args&)");
+    static_assert(std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Ret>,
+                  "[customop] the fake kernel's return type must convert to the op's Ret (the "
+                  "second template argument of customop::define)");
+    static_assert(detail::kAllReturnsTensors<Returns>,
+                  "[customop] impl_fake: this op returns an int, float or bool, a data-dependent "
+                  "value that a fake kernel cannot compute (it sees no data); return it as a "
+                  "0-dim at::Tensor instead");
+    set_fake_kernel(
         [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
           const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
           detail::push_returns(*stack, Ret(kernel(args)));

@@ -93,7 +93,11 @@ class OpCore {
   /// Where `define` (or `wrap`) was called.
   const std::source_location& location() const { return loc_; }
 
+  /// True when `device` (CPU, CUDA, or Meta: the fake kernel) has a kernel registered.
   bool has_kernel(c10::DeviceType device) const;
+  /// True when a fake (Meta) kernel is registered (impl_fake): the op runs on meta tensors and
+  /// under FakeTensor (torch.compile, torch.export, torch.library.opcheck).
+  bool has_fake_kernel() const { return has_kernel(c10::DeviceType::Meta); }
   /// True when both save_for_backward and backward are registered.
   bool has_autograd() const { return save_loc_.has_value() && backward_loc_.has_value(); }
   const std::optional<std::vector<bool>>& output_differentiability() const {
@@ -117,6 +121,7 @@ class OpCore {
          std::span<const ArgKind> return_kinds, std::source_location loc, bool /*wrap*/);
 
   void set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
+  void set_fake_kernel(detail::BoxedKernel fn, std::source_location loc);
   void note_save_for_backward(std::source_location loc);
   void note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
                      bool returns_backward_ok);
@@ -155,6 +160,7 @@ class OpCore {
   void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                        torch::jit::Stack* stack);
   void device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
+  void install_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   void init_from_schema(std::span<const detail::FieldInfo> fields,
                         std::span<const ArgKind> return_kinds);
 
@@ -168,11 +174,11 @@ class OpCore {
   std::optional<c10::OperatorHandle> handle_;
   std::vector<std::unique_ptr<torch::Library>> libraries_;
   // Kernels per device: written at registration, read on every call.
-  std::atomic<const detail::KernelEntry*> cpu_kernel_{nullptr};
-  std::atomic<const detail::KernelEntry*> cuda_kernel_{nullptr};
+  // Indexed by kernel_slot(): CPU, CUDA, Meta (the fake kernel).
+  std::atomic<const detail::KernelEntry*> kernels_[3] = {nullptr, nullptr, nullptr};
   std::vector<std::unique_ptr<detail::KernelEntry>> kernel_storage_;
   bool autograd_indirection_installed_ = false;
-  bool device_indirection_installed_[2] = {false, false};
+  bool device_indirection_installed_[3] = {false, false, false};
   std::optional<std::source_location> save_loc_;
   std::optional<std::source_location> backward_loc_;
   std::optional<std::vector<bool>> output_differentiability_;

@@ -69,6 +69,7 @@ int64_t clamp_count_kernel(const ClampCountCpuParams& p) {
 #include "detail/clamp_count.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
 
 namespace customop::ops::detail {
 
@@ -82,7 +83,7 @@ ClampCountResult clamp_count_cpu(const ClampCountArgs& a) {
   if (p.numel > 0) {
     clamped = [&]() -> int64_t { CUSTOMOP_CPU_DISPATCH(clamp_count_kernel, p) }();
   }
-  return {y, clamped};
+  return {y, at::scalar_tensor(clamped, x.options().dtype(at::kLong))};
 }
 
 }  // namespace customop::ops::detail

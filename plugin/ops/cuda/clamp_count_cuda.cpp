@@ -1,7 +1,6 @@
-// CUDA glue of customop::clamp_count: checks, contiguous input, output and a zeroed device
-// counter, launch of cuda_kernels::launch_clamp_count_fwd on the current stream of input's
-// device, then the count read back (this synchronises the stream: the int return must be a
-// host value).
+// CUDA glue of customop::clamp_count: checks, contiguous input, output and a zeroed 0-dim
+// device counter (the `clamped` return: no read-back, no stream sync), launch of
+// cuda_kernels::launch_clamp_count_fwd on the current stream of input's device.
 
 #include "cuda/cuda_glue.h"
 #include "cuda_kernels/clamp_count_params.h"
@@ -19,8 +18,8 @@ ClampCountResult clamp_count_cuda(const ClampCountArgs& a) {
   const c10::cuda::CUDAGuard guard(a.input.device());
   const at::Tensor x = a.input.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return {y, 0};
-  at::Tensor count = at::zeros({1}, x.options().dtype(at::kLong));
+  at::Tensor count = at::zeros({}, x.options().dtype(at::kLong));
+  if (x.numel() == 0) return {y, count};
   cuda_kernels::ClampCountParams p;
   p.input = x.const_data_ptr();
   p.output = y.mutable_data_ptr();
@@ -32,7 +31,7 @@ ClampCountResult clamp_count_cuda(const ClampCountArgs& a) {
   p.dtype = to_kernel_dtype(x.scalar_type());
   check_launch("clamp_count",
                cuda_kernels::launch_clamp_count_fwd(p, at::cuda::getCurrentCUDAStream()));
-  return {y, count.item<int64_t>()};
+  return {y, count};
 }
 
 }  // namespace customop::ops::detail

@@ -4,7 +4,10 @@
 
 namespace customop::ops::detail {
 
-std::string dtype_name(c10::ScalarType dtype) { return c10::getDtypeNames(dtype).first; }
+// NB: getDtypeNames returns std::string up to torch 2.14 and std::string_view from 2.15.
+std::string dtype_name(c10::ScalarType dtype) {
+  return std::string(c10::getDtypeNames(dtype).first);
+}
 
 void check_same_device(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
                        const at::Tensor& ref) {
@@ -14,7 +17,9 @@ void check_same_device(const char* op, const char* arg, const at::Tensor& t, con
 
 void check_floating(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device) {
   const auto st = t.scalar_type();
-  if (device == c10::DeviceType::CUDA) {
+  // NB: a fake (Meta) kernel cannot tell which device its FakeTensors stand for; it accepts
+  // the union, and the real kernel refuses what its device lacks.
+  if (device == c10::DeviceType::CUDA || device == c10::DeviceType::Meta) {
     TORCH_CHECK_TYPE(
         st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16, op, ": ",
         arg, " must be float16, bfloat16, float32 or float64, but got ", dtype_name(st));

@@ -19,7 +19,8 @@ void check_same_device(const char* op, const char* arg, const at::Tensor& t, con
                        const at::Tensor& ref);
 
 /// The floating dtypes a kernel of `device` takes: float32 and float64 everywhere, float16
-/// and bfloat16 on CUDA too. `<op>: <arg> must be float32 or float64 on CPU, but got int64`.
+/// and bfloat16 on CUDA (and Meta, for fake kernels) too. `<op>: <arg> must be float32 or float64
+/// on CPU, but got int64`.
 void check_floating(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device);
 
 /// `<op>: <arg> must have the dtype of <ref_arg> (float32), but got float64`.

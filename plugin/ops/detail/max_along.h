@@ -11,8 +11,18 @@ namespace customop::ops::detail {
 void check_max_along(const MaxAlongArgs& args, c10::DeviceType device);
 
 /// The returns' shape: input's without `dim` (wrapped), or with size 1 there for keepdim;
-/// 0-d for a 0-d input.
-std::vector<int64_t> max_along_out_sizes(at::IntArrayRef input_sizes, int64_t dim, bool keepdim);
+/// 0-d for a 0-d input. `Size` is int64_t (kernels) or c10::SymInt (the fake kernel).
+template <class Size>
+std::vector<Size> max_along_out_sizes(c10::ArrayRef<Size> input_sizes, int64_t dim, bool keepdim) {
+  std::vector<Size> out = input_sizes.vec();
+  if (out.empty()) return out;
+  if (keepdim) {
+    out[static_cast<size_t>(dim)] = 1;
+  } else {
+    out.erase(out.begin() + dim);
+  }
+  return out;
+}
 
 /// The forward kernels (cpu/max_along_cpu.cpp, cuda/max_along_cuda.cpp).
 MaxAlongResult max_along_cpu(const MaxAlongArgs& args);

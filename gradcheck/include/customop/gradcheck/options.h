@@ -122,6 +122,11 @@ struct GradcheckOptions {
   /// Second order (gradgradcheck): check the Jacobian of (inputs, grad_outputs) -> grads
   /// computed with create_graph. Opt in: only for ops whose backward is differentiable.
   bool check_second_order = false;
+  /// For a customop op with a fake (Meta) kernel: run it on meta copies of the inputs and
+  /// compare its outputs' count, shapes, dtypes, strides and devices with the real kernel's
+  /// (what torch.library.opcheck's test_faketensor checks, without Python). Its cost: one
+  /// real and one fake forward call per case.
+  bool check_fake_kernel = true;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
   /// Ridders: first step relative to max(1, |x|) (Ceres: 1e-2), shrink factor per level

@@ -27,6 +27,8 @@ enum class Check : std::uint8_t {
   kNonDifferentiableOutput,  ///< no output requires grad, yet the numerical Jacobian is not 0
   kBackwardError,            ///< backward raised an error
   kCudaVsCpu,                ///< CUDA outputs or grads differ from the CPU ones
+  kFakeKernel,               ///< the fake (Meta) kernel's outputs differ in count, shape,
+                             ///< dtype, strides or device from the real kernel's, or it raised
 };
 
 /// Stable short name of a check ("jacobian", "reentrancy", ...), used in JSON.

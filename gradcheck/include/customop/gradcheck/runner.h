@@ -114,6 +114,17 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
 /// \throws c10::ValueError with dlerror()'s message when it cannot be loaded.
 void load_library(const std::string& path);
 
+/// Writes the registered samples of every customop op matching `options.op_glob`, on CPU, for
+/// each of `options.dtypes` (samples drawn after seeding with options.check.seed, as
+/// run_registered_ops draws them), to `path` with torch::pickle_save, for Python tests
+/// (torch.library.opcheck, torch.compile) to use the same inputs:
+///   torch.load(path, weights_only=True) ==   (within torch.serialization.safe_globals of the
+///                                            torch.jit._pickle build_* / restore_type_tag)
+///     {"ns::op": [{"label": str, "dtype": "float32", "args": [arg, ...]}, ...], ...}
+/// Tensors keep their sizes, strides and storage offsets. Returns the number of samples.
+/// \throws c10::ValueError when no op matches, or `path` cannot be written.
+std::size_t save_samples(const std::string& path, const RunOptions& options);
+
 /// One line per registered customop op matching `glob`: name, devices with a kernel, whether
 /// it has a backward formula and samples.
 std::string format_op_list(std::string_view glob);

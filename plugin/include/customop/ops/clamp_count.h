@@ -13,7 +13,7 @@
 namespace customop::ops {
 
 /// Arguments of `customop::clamp_count(Tensor input, float min, float max)
-/// -> (Tensor output, int clamped)`.
+/// -> (Tensor output, Tensor clamped)`.
 struct ClampCountArgs {
   /// x, any shape (0-d included; any strides), float32 or float64 (CPU and CUDA), float16
   /// or bfloat16 (CUDA). Differentiable.
@@ -26,14 +26,19 @@ struct ClampCountArgs {
 
 /// (output, clamped): output = min(max(x, min), max) as a new contiguous tensor of input's
 /// shape and dtype (NaN stays NaN); clamped = number of elements with x < min or x > max
-/// (NaN counts as neither).
-using ClampCountResult = std::tuple<at::Tensor, int64_t>;
-
-/// Clamps and counts the clamped elements. On CUDA, reading the count synchronises the
-/// stream.
+/// (NaN counts as neither), a 0-dim int64 tensor on input's device.
 ///
-/// - Backward: grad of input = g where min <= x <= max, else 0 (torch.clamp's convention at
-///   the bounds); the count is not differentiable.
+/// NB: the count is a 0-dim tensor, not an `int`: it depends on the data, so no fake kernel
+/// could compute it (under torch.compile / torch.export an int return would need an unbacked
+/// symbol and a graph break or a host sync at every call); as a tensor it stays on the device
+/// (no stream sync on CUDA) and traces like any other output. `.item<int64_t>()` reads it.
+using ClampCountResult = std::tuple<at::Tensor, at::Tensor>;
+
+/// Clamps and counts the clamped elements.
+///
+/// - Backward: grad of input = g where min <= x <= max (bounds included), else 0, also at
+///   NaN. That is torch.clamp's convention up to torch 2.14; torch 2.15's clamp gives 0 at a
+///   scalar bound. The count is not differentiable.
 /// - Throws c10::Error naming `clamp_count` and the argument for an unsupported dtype, or
 ///   when min > max or either is NaN.
 ///
@@ -41,6 +46,7 @@ using ClampCountResult = std::tuple<at::Tensor, int64_t>;
 ///   using customop::ops::ClampCountArgs;
 ///   at::Tensor x = at::randn({1000});
 ///   auto [y, clamped] = customop::ops::clamp_count_op()(ClampCountArgs{.input = x, .min = -1.0, .max = 1.0});
+///   int64_t n = clamped.item<int64_t>();
 Op<ClampCountArgs, ClampCountResult>& clamp_count_op();
 
 }  // namespace customop::ops

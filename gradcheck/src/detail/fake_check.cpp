@@ -1,0 +1,163 @@
+#include "detail/fake_check.h"
+
+#include "detail/checker.h"
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace customop::gradcheck::detail {
+
+namespace {
+
+at::Tensor meta_like(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+at::Tensor detached(const at::Tensor& t) { return t.defined() ? t.detach() : t; }
+
+// A copy of `args` with every tensor passed through `f`.
+template <class F>
+torch::jit::Stack map_tensors(const torch::jit::Stack& args, F f) {
+  torch::jit::Stack out;
+  out.reserve(args.size());
+  for (const auto& v : args) {
+    if (v.isTensor()) {
+      out.emplace_back(f(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList()) list.push_back(f(t));
+      out.emplace_back(std::move(list));
+    } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const auto& e : v.toListRef()) {
+        list.push_back(e.isNone() ? std::nullopt : std::optional<at::Tensor>(f(e.toTensor())));
+      }
+      out.emplace_back(std::move(list));
+    } else {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// The output tensors of one return (one for Tensor, n for Tensor[]); empty otherwise.
+std::vector<at::Tensor> tensors_of(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  if (v.isTensorList()) return v.toTensorVector();
+  return {};
+}
+
+std::string kind_of(const c10::IValue& v) {
+  if (v.isTensor()) return "Tensor";
+  if (v.isTensorList()) return "Tensor[] of " + std::to_string(v.toTensorList().size());
+  return v.tagKind();
+}
+
+template <class T>
+std::string str(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Strides of the dims of size > 1, as "[s0, -, s2]" (a dim of size 0 or 1 imposes no layout).
+std::vector<int64_t> significant_strides(const at::Tensor& t) {
+  std::vector<int64_t> out;
+  for (int64_t d = 0; d < t.dim(); ++d) out.push_back(t.size(d) > 1 ? t.stride(d) : -1);
+  return out;
+}
+
+std::string input_device(const torch::jit::Stack& args) {
+  for (const auto& v : args) {
+    for (const auto& t : tensors_of(v)) {
+      if (t.defined()) return t.device().str();
+    }
+  }
+  return "cpu";
+}
+
+}  // namespace
+
+void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, GradcheckResult& result) {
+  const c10::AutoGradMode no_grad(false);
+  torch::jit::Stack real = map_tensors(args, detached);
+  try {
+    op.handle().callBoxed(real);
+  } catch (const std::exception&) {
+    return;  // the real kernel's error is the other checks' to report
+  }
+  torch::jit::Stack fake = map_tensors(args, meta_like);
+  try {
+    op.handle().callBoxed(fake);
+  } catch (const std::exception& e) {
+    add_failure(result, Check::kFakeKernel, false, -1, -1,
+                "Fake kernel raised on meta copies of the inputs, where the real kernel ran",
+                "  " + std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+    return;
+  }
+  const auto& rets = op.schema().returns();
+  // "output 1 ('indices')", or "output 0" for an unnamed return.
+  auto output = [&](size_t i) {
+    std::string out = "output " + std::to_string(i);
+    if (i < rets.size() && !rets[i].name().empty()) out += " ('" + rets[i].name() + "')";
+    return out;
+  };
+  auto fail = [&](size_t i, const std::string& where, const std::string& what,
+                  const std::string& fake_v, const std::string& real_v) {
+    add_failure(result, Check::kFakeKernel, false, static_cast<int>(i), -1,
+                "Fake kernel mismatch for " + output(i) + where + ": " + what,
+                "  fake (Meta) kernel: " + fake_v + "\n  real kernel:        " + real_v);
+  };
+  if (fake.size() != real.size()) {
+    add_failure(result, Check::kFakeKernel, false, -1, -1,
+                "Fake kernel mismatch: it returned " + std::to_string(fake.size()) +
+                    " values, the real kernel " + std::to_string(real.size()));
+    return;
+  }
+  const std::string device = input_device(args);
+  for (size_t i = 0; i < real.size(); ++i) {
+    if (kind_of(fake[i]) != kind_of(real[i])) {
+      fail(i, "", "kind", kind_of(fake[i]), kind_of(real[i]));
+      continue;
+    }
+    const auto ft = tensors_of(fake[i]);
+    const auto rt = tensors_of(real[i]);
+    for (size_t k = 0; k < rt.size(); ++k) {
+      const std::string where =
+          real[i].isTensorList() ? " element " + std::to_string(k) : std::string();
+      const at::Tensor& f = ft[k];
+      const at::Tensor& r = rt[k];
+      if (f.defined() != r.defined()) {
+        fail(i, where, "definedness", f.defined() ? "a tensor" : "undefined",
+             r.defined() ? "a tensor" : "undefined");
+        continue;
+      }
+      if (!r.defined()) continue;
+      if (f.sizes() != r.sizes()) {
+        fail(i, where, "shape", str(f.sizes()), str(r.sizes()));
+        continue;
+      }
+      if (f.scalar_type() != r.scalar_type()) {
+        fail(i, where, "dtype", str(f.scalar_type()), str(r.scalar_type()));
+      }
+      if (significant_strides(f) != significant_strides(r)) {
+        fail(i, where, "strides", str(f.strides()), str(r.strides()));
+      }
+      if (!f.is_meta()) {
+        fail(i, where, "device", f.device().str() + " (expected meta)", r.device().str());
+      }
+      if (r.device().str() != device) {
+        fail(i, where, "device", f.device().str(),
+             r.device().str() + " (the inputs are on " + device + ")");
+      }
+    }
+  }
+}
+
+}  // namespace customop::gradcheck::detail

@@ -1,0 +1,211 @@
+"""The built-in ops in the PyTorch 2 stack: fake (Meta) kernels, torch.library.opcheck,
+torch.compile (fullgraph, dynamic shapes, inductor and aot_eager) and what stays unsupported.
+
+Samples: every sample each op registers (OpCore::samples), float32 and float64, written by
+`customop-gradcheck --dump-samples` (torch::pickle_save) so Python checks exactly the inputs
+the C++ gradcheck checks.
+
+Environment: CUSTOMOP_OPS_LIB (libcustomop_ops.so) and CUSTOMOP_GRADCHECK_CLI (the
+customop-gradcheck binary; default: next to the op library's build folder).
+"""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+import torch
+from torch import Tensor
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OPS_LIB = os.environ.get("CUSTOMOP_OPS_LIB") or str(
+    ROOT / "build" / "release" / "plugin" / "ops" / "libcustomop_ops.so")
+CLI = os.environ.get("CUSTOMOP_GRADCHECK_CLI") or str(
+    pathlib.Path(OPS_LIB).parents[2] / "gradcheck" / "customop-gradcheck")
+
+if not os.path.exists(OPS_LIB):
+    if "CUSTOMOP_OPS_LIB" in os.environ:
+        raise FileNotFoundError(f"CUSTOMOP_OPS_LIB={OPS_LIB} does not exist")
+    pytest.skip(f"op library not built ({OPS_LIB}); set CUSTOMOP_OPS_LIB", allow_module_level=True)
+torch.ops.load_library(OPS_LIB)
+
+OPS = ["rms_norm", "bias_gelu", "weighted_sum", "max_along", "masked_softmax", "clamp_count"]
+
+
+def _load_samples():
+    out = pathlib.Path(os.environ.get("PYTEST_TMPDIR", "/tmp")) / f"customop_samples_{os.getpid()}.pt"
+    subprocess.run([CLI, "--op", "customop::*", "--dump-samples", str(out)], check=True,
+                   capture_output=True, text=True)
+    # torch::pickle_save tags lists and dicts with TorchScript's builders: allow just those.
+    import torch.jit._pickle as jit_pickle
+    builders = [getattr(jit_pickle, n) for n in dir(jit_pickle) if n.startswith(("build_", "restore_"))]
+    try:
+        with torch.serialization.safe_globals(builders):
+            return torch.load(str(out), weights_only=True)
+    finally:
+        out.unlink(missing_ok=True)
+
+
+SAMPLES = _load_samples()
+
+
+def _with_grad(value):
+    """Floating tensors (also inside lists) as leaves that require grad, strides kept."""
+    if isinstance(value, Tensor):
+        t = value.detach().clone() if value.is_floating_point() else value
+        if value.is_floating_point():
+            t = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype).copy_(value)
+            t.requires_grad_(True)
+        return t
+    if isinstance(value, list):
+        return [_with_grad(v) for v in value]
+    return value
+
+
+def _sample_params():
+    params = []
+    for name in OPS:
+        for k, s in enumerate(SAMPLES[f"customop::{name}"]):
+            params.append(pytest.param(name, k, id=f"{name}-{s['dtype']}-{k}"))
+    return params
+
+
+def test_every_op_has_samples_in_both_dtypes():
+    for name in OPS:
+        dtypes = {s["dtype"] for s in SAMPLES[f"customop::{name}"]}
+        assert dtypes == {"float32", "float64"}, f"{name}: {dtypes}"
+
+
+@pytest.mark.parametrize("name,k", _sample_params())
+def test_opcheck(name, k):
+    """torch.library.opcheck's default tests: test_schema, test_autograd_registration,
+    test_faketensor, test_aot_dispatch_dynamic."""
+    sample = SAMPLES[f"customop::{name}"][k]
+    args = tuple(_with_grad(a) for a in sample["args"])
+    result = torch.library.opcheck(getattr(torch.ops.customop, name).default, args,
+                                   raise_exception=False)
+    failed = {test: r for test, r in result.items() if r != "SUCCESS"}
+    assert not failed, f"{name} '{sample['label']}' ({sample['dtype']}): {failed}"
+
+
+def test_meta_tensors_run_the_fake_kernels():
+    """Meta tensors reach each op's fake kernel: shapes (and dtypes) without data."""
+    m = lambda *shape: torch.randn(*shape, device="meta")
+    assert torch.ops.customop.rms_norm(m(5, 3), m(3), 1e-6).shape == (5, 3)
+    assert torch.ops.customop.bias_gelu(m(5, 3), m(3), "none").shape == (5, 3)
+    assert torch.ops.customop.weighted_sum([m(2, 3), m(2, 3)], [1.0, 2.0]).shape == (2, 3)
+    values, indices = torch.ops.customop.max_along(m(4, 5, 6), 1, True)
+    assert values.shape == (4, 1, 6) and indices.dtype == torch.int64
+    assert torch.ops.customop.masked_softmax(m(4, 6), None, 1).shape == (4, 6)
+    out, clamped = torch.ops.customop.clamp_count(m(7), -1.0, 1.0)
+    assert out.shape == (7,) and clamped.shape == () and clamped.dtype == torch.int64
+    with pytest.raises(RuntimeError, match=r"rms_norm: weight must have shape \[D\] = \[3\]"):
+        torch.ops.customop.rms_norm(m(5, 3), m(4), 1e-6)
+
+
+# ---- torch.compile ---------------------------------------------------------------------------
+
+class AllOps(torch.nn.Module):
+    """Every built-in op in one small model: x [N, D] (+ a [N, D] bool mask) -> scores [N, D]."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.d = d
+        self.bias = torch.nn.Parameter(0.1 * torch.randn(d, generator=gen, dtype=torch.float64))
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(d, generator=gen, dtype=torch.float64))
+        self.fc = torch.nn.Linear(d, 2 * d, dtype=torch.float64)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.randn(2 * d, d, generator=gen, dtype=torch.float64) / d ** 0.5)
+            self.fc.bias.zero_()
+
+    def forward(self, x: Tensor, mask: Tensor):
+        h = torch.ops.customop.bias_gelu(x, self.bias, "tanh")
+        h = torch.ops.customop.rms_norm(h, self.weight, 1e-6)
+        c, clamped = torch.ops.customop.clamp_count(h, -1.5, 1.5)
+        z = self.fc(c).view(x.shape[0], self.d, 2)
+        m, _ = torch.ops.customop.max_along(z, 2, False)
+        s = torch.ops.customop.weighted_sum([m, h], [0.5, 2.0])
+        return torch.ops.customop.masked_softmax(s, mask, 1), clamped
+
+
+def _batch(n, d=16, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    mask = torch.rand(n, d, generator=gen) > 0.2
+    mask[:, 0] = True
+    target = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    return x, mask, target
+
+
+def _train(model, step_fn, batches):
+    """A few SGD steps; the outputs, count and parameter grads of each step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    record = []
+    for x, mask, target in batches:
+        opt.zero_grad()
+        p, clamped = step_fn(x, mask)
+        loss = ((p - target.softmax(1)) ** 2).sum()
+        loss.backward()
+        record.append((p.detach().clone(), clamped.clone(),
+                       [q.grad.detach().clone() for q in model.parameters()]))
+        opt.step()
+    return record
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_dynamic_matches_eager_without_recompiling(backend):
+    torch._dynamo.reset()
+    batches = [_batch(8, seed=s) for s in range(3)]
+    eager_model = AllOps()
+    compiled_model = AllOps()
+    compiled_model.load_state_dict(eager_model.state_dict())
+    compiled = torch.compile(compiled_model, backend=backend, fullgraph=True, dynamic=True)
+    eager = _train(eager_model, eager_model, batches)
+    ours = _train(compiled_model, compiled, batches)
+    for step, ((pe, ce, ge), (pc, cc, gc)) in enumerate(zip(eager, ours)):
+        torch.testing.assert_close(pc, pe, rtol=1e-9, atol=1e-12, msg=lambda m: f"step {step}: {m}")
+        assert int(cc) == int(ce), f"step {step}: clamped {int(cc)} vs eager {int(ce)}"
+        for i, (a, b) in enumerate(zip(gc, ge)):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12,
+                                       msg=lambda m: f"step {step} grad {i}: {m}")
+    # Another batch size runs the same graph: a recompile would raise here.
+    x, mask, target = _batch(5, seed=7)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        p, clamped = compiled(x, mask)
+        ((p - target.softmax(1)) ** 2).sum().backward()
+    pe, ce = eager_model(x, mask)
+    torch.testing.assert_close(p, pe, rtol=1e-9, atol=1e-12)
+    assert int(clamped) == int(ce)
+
+
+# ---- what stays unsupported ------------------------------------------------------------------
+
+def test_forward_mode_ad_names_the_op():
+    import torch.autograd.forward_ad as fwAD
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = torch.ones(4, dtype=torch.float64)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        with pytest.raises(NotImplementedError, match=r"customop::rms_norm: forward-mode AD is not supported"):
+            torch.ops.customop.rms_norm(dual, w, 1e-6)
+
+
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
+def test_torch_func_differentiating_transforms_name_the_op(transform):
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = torch.ones(4, dtype=torch.float64)
+    f = lambda x: torch.ops.customop.rms_norm(x, w, 1e-6)
+    call = {"grad": lambda: torch.func.grad(lambda x: f(x).sum())(x),
+            "vjp": lambda: torch.func.vjp(f, x)[1](torch.ones(3, 4, dtype=torch.float64)),
+            "jacrev": lambda: torch.func.jacrev(f)(x)}[transform]
+    with pytest.raises(NotImplementedError, match=r"customop::rms_norm: torch.func transforms"):
+        call()
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop")
+def test_vmap_works_through_the_batching_fallback():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = torch.rand(4, dtype=torch.float64)
+    out = torch.func.vmap(lambda r: torch.ops.customop.rms_norm(r, w, 1e-6))(x)
+    torch.testing.assert_close(out, torch.ops.customop.rms_norm(x, w, 1e-6))
