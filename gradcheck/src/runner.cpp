@@ -80,14 +80,14 @@ std::size_t save_samples(const std::string& path, const RunOptions& options) {
         c10::impl::GenericList args(c10::AnyType::get());
         for (auto& v : s.args) args.push_back(std::move(v));
         entry.insert("args", std::move(args));
-        cases.push_back(std::move(entry));
+        cases.push_back(entry);
         ++count;
       }
     }
     out.insert(op->name(), std::move(cases));
   }
   TORCH_CHECK_VALUE(count > 0, "no registered op with samples matches '", options.op_glob, "'");
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(std::move(out)));
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(out));
   std::ofstream file(path, std::ios::binary);
   file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   file.flush();
@@ -108,7 +108,7 @@ std::string format_op_list(std::string_view glob) {
     }
     os << "]" << (op->has_autograd() ? " backward" : " no-backward")
        << (op->has_samples() ? " samples" : " no-samples")
-       << (op->has_fake_kernel() ? " fake" : " no-fake") << "  " << op->schema() << "\n";
+       << (op->has_fake_kernel() ? " fake" : " no-fake") << "  " << op->schema_text() << "\n";
   }
   return os.str();
 }

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <set>
@@ -205,7 +207,7 @@ OpCore::~OpCore() = default;
 
 OpCore::OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> fields,
                std::span<const ArgKind> return_kinds, std::source_location loc)
-    : schema_(parse_or_throw(schema_text)), loc_(loc) {
+    : schema_(parse_or_throw(schema_text)), schema_text_(schema_text), loc_(loc) {
   const auto& op_name = schema_.operator_name();
   name_ = op_name.name;
   auto sep = name_.find("::");
@@ -252,6 +254,9 @@ OpCore::OpCore(std::string_view qualified_name, std::span<const detail::FieldInf
       loc_(loc),
       wrapped_(true) {
   name_ = std::string(qualified_name);
+  std::ostringstream text;
+  text << schema_;
+  schema_text_ = text.str();
   ns_ = name_.substr(0, name_.find("::"));
   handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(name_.c_str(), "");
   init_from_schema(fields, return_kinds);
@@ -275,10 +280,16 @@ void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
                        ") is missing. The args struct needs one field per argument, in schema "
                        "order");
     }
-    TORCH_CHECK_TYPE(*kind == fields[i].kind, name_, ": args struct field ", i,
-                     " (schema argument '", sargs[i].name(), "' of type ", schema_type_name(*kind),
-                     ") must have C++ type ", cpp_type_for(*kind), ", but the args struct has ",
-                     fields[i].cpp_name);
+    TORCH_CHECK_TYPE(*kind == fields[i].kind, name_, ": args struct field ", i, " '",
+                     fields[i].name, "' (schema argument '", sargs[i].name(), "' of type ",
+                     schema_type_name(*kind), ") must have C++ type ", cpp_type_for(*kind),
+                     ", but the args struct has ", fields[i].cpp_name);
+    // NB: names after types: two same-typed fields in the wrong order pass the type check and
+    // would silently swap values (a keyword call from Python fills the schema's argument).
+    TORCH_CHECK_VALUE(fields[i].name == sargs[i].name(), name_, ": args struct field ", i,
+                      " is named '", fields[i].name, "' but schema argument ", i, " is '",
+                      sargs[i].name(),
+                      "'; each field must have its argument's name, in schema order");
     args_.push_back({sargs[i].name(), *kind, std::string(schema_type_name(*kind))});
     if (is_tensor_like(*kind)) ++num_tensor_like_args_;
   }
@@ -303,6 +314,155 @@ void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
                      schema_type_name(*kind), " in the schema, so Ret element ", i, " must be ",
                      cpp_type_for(*kind), ", but it is ", cpp_type_for(return_kinds[i]));
     returns_.push_back(*kind);
+  }
+}
+
+namespace {
+
+// 0, 0.0, false, "", an empty list, None, an undefined tensor: what a value-initialized field
+// holds when it has no default member initializer.
+bool zero_like(const c10::IValue& v) {
+  if (v.isNone()) return true;
+  if (v.isTensor()) return !v.toTensor().defined();
+  if (v.isInt()) return v.toInt() == 0;
+  if (v.isDouble()) return v.toDouble() == 0.0;
+  if (v.isBool()) return !v.toBool();
+  if (v.isString()) return v.toStringRef().empty();
+  if (v.isList()) return v.toListRef().empty();
+  return false;
+}
+
+// A default as the user wrote it: 0.2, not 0.20000000000000001.
+std::string format_value(const c10::IValue& v) {
+  if (v.isDouble()) {
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v.toDouble());
+    return std::string(buf, r.ptr);
+  }
+  if (v.isString()) return "\"" + v.toStringRef() + "\"";
+  if (v.isBool()) return v.toBool() ? "True" : "False";
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+namespace {
+// A default in schema syntax, or nullopt when `v` cannot be spelled there.
+std::optional<std::string> schema_default(const c10::IValue& v) {
+  if (v.isDouble()) {
+    const double d = v.toDouble();
+    if (!std::isfinite(d)) return std::nullopt;
+    std::string s = format_value(v);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";  // "2" would read as an int
+    return s;
+  }
+  if (v.isString()) {
+    std::string out = "\"";
+    for (char c : v.toStringRef()) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+  if (v.isInt() || v.isBool()) return format_value(v);
+  if (v.isList()) {
+    std::string out = "[";
+    const auto& elems = v.toListRef();
+    for (size_t i = 0; i < elems.size(); ++i) {
+      auto e = schema_default(elems[i]);
+      if (!e) return std::nullopt;
+      out += (i ? ", " : "") + *e;
+    }
+    return out + "]";
+  }
+  return std::nullopt;
+}
+
+bool is_optional_kind(ArgKind k) {
+  switch (k) {
+    case ArgKind::kOptionalTensor:
+    case ArgKind::kOptionalInt:
+    case ArgKind::kOptionalFloat:
+    case ArgKind::kOptionalBool:
+    case ArgKind::kOptionalStr:
+    case ArgKind::kOptionalScalar:
+    case ArgKind::kOptionalScalarType: return true;
+    default: return false;
+  }
+}
+}  // namespace
+
+namespace detail {
+std::string infer_schema(std::string_view name, std::span<const FieldInfo> fields,
+                         const torch::jit::Stack& value_initialized,
+                         std::span<const ArgKind> return_kinds) {
+  std::string out = std::string(name) + "(";
+  std::string_view defaulted;  // the first field with a default
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    out += (i ? ", " : "") + std::string(schema_type_name(f.kind)) + " " + std::string(f.name);
+    const c10::IValue& v = value_initialized.at(i);
+    const bool has_default = (is_optional_kind(f.kind) && v.isNone()) || !zero_like(v);
+    if (defaulted.empty() && has_default) defaulted = f.name;
+    TORCH_CHECK_VALUE(has_default || defaulted.empty(), name, ": cannot infer the schema: field '",
+                      f.name, "' has no default but comes after '", defaulted,
+                      "', which has one (an argument without a default cannot follow one with "
+                      "a default); move it before '",
+                      defaulted, "' or give it a default member initializer");
+    if (is_optional_kind(f.kind) && v.isNone()) {
+      out += "=None";
+    } else if (!zero_like(v)) {
+      auto d = schema_default(v);
+      TORCH_CHECK_VALUE(d.has_value(), name, ": cannot infer the schema: the default of field '",
+                        f.name, "' (", format_value(v),
+                        ") has no schema spelling; write the schema out");
+      out += "=" + *d;
+    }
+  }
+  out += ") -> ";
+  if (return_kinds.size() != 1) out += "(";
+  for (size_t i = 0; i < return_kinds.size(); ++i) {
+    out += (i ? ", " : "") + std::string(schema_type_name(return_kinds[i]));
+  }
+  if (return_kinds.size() != 1) out += ")";
+  return out;
+}
+}  // namespace detail
+
+void OpCore::check_struct_defaults(const torch::jit::Stack& value_initialized) const {
+  const auto& sargs = schema_.arguments();
+  for (size_t i = 0; i < sargs.size() && i < value_initialized.size(); ++i) {
+    const c10::IValue& field = value_initialized[i];
+    if (zero_like(field)) continue;
+    const auto& dflt = sargs[i].default_value();
+    TORCH_CHECK_VALUE(dflt.has_value(), name_, ": argument '", sargs[i].name(),
+                      "' has no default in the schema, but the args struct's member initializer "
+                      "gives it ",
+                      format_value(field),
+                      "; C++ and Python callers would disagree. Give the default in the schema "
+                      "(and the same one, or none, in the struct)");
+    TORCH_CHECK_VALUE(*dflt == field, name_, ": argument '", sargs[i].name(), "' has the default ",
+                      format_value(*dflt),
+                      " in the schema but the args struct's member initializer gives ",
+                      format_value(field),
+                      "; C++ and Python callers would get different values. Make them agree "
+                      "(or drop the initializer)");
+  }
+}
+
+void OpCore::check_grads_field_names(std::span<const std::string_view> names,
+                                     std::string_view type_name,
+                                     const std::source_location& loc) const {
+  size_t k = 0;
+  for (const auto& a : args_) {
+    if (!is_tensor_like(a.kind) || k >= names.size()) continue;
+    TORCH_CHECK_VALUE(names[k] == a.name, name_, ": the typed grads struct ", type_name,
+                      " of the backward at ", format_location(loc), " has field ", k, " named '",
+                      names[k], "' but tensor-like argument ", k, " is '", a.name,
+                      "'; name each field after its argument, in schema order");
+    ++k;
   }
 }
 

@@ -1,8 +1,9 @@
 # Compiles SOURCE with -fsyntax-only. With EXPECT empty the compile must succeed; otherwise it
-# must fail and its output must contain EXPECT.
+# must fail and its output must contain EXPECT (and, with MAX_ERRORS, at most that many
+# "error:" lines: a misuse must give one clear error, not pages of them).
 #   cmake -D COMPILER=<c++> -D INCLUDES=<a|b> -D SYSTEM_INCLUDES=<c|d> -D DEFINES=<d>
 #         -D SOURCE=<file> -D EXPECT=<msg> -P check_compile.cmake
-set(_args -std=c++20 -fsyntax-only "-D${DEFINES}")
+set(_args -std=c++20 -fsyntax-only -fmessage-length=0 "-D${DEFINES}")
 if(PCH)
   list(APPEND _args -include "${PCH}")
 endif()
@@ -33,5 +34,13 @@ endif()
 string(FIND "${_out}" "${EXPECT}" _at)
 if(_at EQUAL -1)
   message(FATAL_ERROR "${SOURCE} failed to compile, but without \"${EXPECT}\":\n${_out}")
+endif()
+if(MAX_ERRORS)
+  string(REGEX MATCHALL "error:" _errors "${_out}")
+  list(LENGTH _errors _n_errors)
+  if(_n_errors GREATER MAX_ERRORS)
+    message(FATAL_ERROR "${SOURCE} failed with \"${EXPECT}\" but printed ${_n_errors} errors "
+                        "(at most ${MAX_ERRORS} allowed):\n${_out}")
+  endif()
 endif()
 message(STATUS "${SOURCE} fails with \"${EXPECT}\"")

@@ -24,6 +24,9 @@ void correct_use() {
   auto& op = customop::define<Args, Ret>(
       "compile_fail::ok(Tensor x, int dim, Tensor[] xs, Tensor? bias) -> (Tensor, Tensor)");
   op.impl(c10::DeviceType::CPU, [](const Args& a) { return Ret{a.x, a.x}; });
+  op.impl_fake([](const Args& a) {
+    return Ret{at::empty_symint(a.x.sym_sizes(), a.x.options()), at::empty_like(a.x)};
+  });
   op.impl_save_for_backward([](const Args& a, const Ret&) { return Saved{a.x, a.dim}; });
   op.impl_backward(
       [](const Saved&, const at::Tensor& g, const at::Tensor&) {

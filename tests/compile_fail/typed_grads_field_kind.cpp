@@ -1,5 +1,5 @@
 // A typed grads aggregate with a single tensor for a Tensor[] argument.
-// expect-error: [customop] typed grads field FieldIndex does not match its tensor-like argument
+// expect-error: [customop] a typed grads field does not match its tensor-like argument
 #include <customop/customop.h>
 
 struct Args {

@@ -254,7 +254,7 @@ TEST(AutogradRegistration, WrapUnknownOpAndWrapTwice) {
   };
   EXPECT_THAT(error_message<c10::TypeError>(
                   [] { customop::wrap<WrongArgs>("core_autograd::a4_composite"); }),
-              HasSubstr("args struct field 0 (schema argument 'x' of type Tensor)"));
+              HasSubstr("args struct field 0 'x' (schema argument 'x' of type Tensor)"));
   // clang-format off
   customop::wrap<XArgs>("core_autograd::a4_wrap_twice"); const int line = __LINE__;
   // clang-format on

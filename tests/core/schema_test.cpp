@@ -174,9 +174,10 @@ TEST(Schema, S7DoubleFieldForTensorRejected) {
   };
   const auto msg = error_message<c10::TypeError>(
       [] { customop::define<Args>("core_schema::s7_double(Tensor x) -> Tensor"); });
-  EXPECT_THAT(msg, HasSubstr("core_schema::s7_double: args struct field 0 (schema argument 'x' "
-                             "of type Tensor) must have C++ type at::Tensor, but the args struct "
-                             "has double"));
+  EXPECT_THAT(msg,
+              HasSubstr("core_schema::s7_double: args struct field 0 'x' (schema argument "
+                        "'x' of type Tensor) must have C++ type at::Tensor, but the args struct "
+                        "has double"));
   expect_not_registered("core_schema::s7_double");
 }
 
@@ -187,9 +188,10 @@ TEST(Schema, S7TensorFieldForOptionalTensorRejected) {
   };
   const auto msg = error_message<c10::TypeError>(
       [] { customop::define<Args>("core_schema::s7_optional(Tensor x, Tensor? bias) -> Tensor"); });
-  EXPECT_THAT(msg, HasSubstr("args struct field 1 (schema argument 'bias' of type Tensor?) must "
-                             "have C++ type std::optional<at::Tensor>, but the args struct has "
-                             "at::Tensor"));
+  EXPECT_THAT(msg,
+              HasSubstr("args struct field 1 'bias' (schema argument 'bias' of type Tensor?) must "
+                        "have C++ type std::optional<at::Tensor>, but the args struct has "
+                        "at::Tensor"));
   expect_not_registered("core_schema::s7_optional");
 }
 
@@ -222,7 +224,165 @@ TEST(Schema, S7FieldsInTheWrongOrderRejected) {
   };
   const auto msg = error_message<c10::TypeError>(
       [] { customop::define<Args>("core_schema::s7_order(Tensor x, float alpha) -> Tensor"); });
-  EXPECT_THAT(msg, HasSubstr("args struct field 0 (schema argument 'x' of type Tensor)"));
+  EXPECT_THAT(msg, HasSubstr("args struct field 0 'alpha' (schema argument 'x' of type Tensor)"));
+}
+
+// Same-typed fields in the wrong order pass the type check; the names catch them (else a
+// keyword call from Python would fill the other field).
+TEST(Schema, SwappedSameTypedFieldsRejectedByName) {
+  struct Args {
+    at::Tensor x;
+    double scale;
+    double negative_slope;
+  };
+  const auto msg = error_message<c10::ValueError>([] {
+    customop::define<Args>(
+        "core_schema::swapped(Tensor x, float negative_slope, float scale) -> Tensor");
+  });
+  EXPECT_THAT(msg, HasSubstr("core_schema::swapped: args struct field 1 is named 'scale' but "
+                             "schema argument 1 is 'negative_slope'; each field must have its "
+                             "argument's name, in schema order"));
+  expect_not_registered("core_schema::swapped");
+}
+
+TEST(Schema, StructDefaultDisagreeingWithTheSchemaDefaultRejected) {
+  struct Args {
+    at::Tensor x;
+    double negative_slope = 0.3;
+  };
+  const auto msg = error_message<c10::ValueError>([] {
+    customop::define<Args>("core_schema::defaults(Tensor x, float negative_slope=0.2) -> Tensor");
+  });
+  EXPECT_THAT(msg, HasSubstr("core_schema::defaults: argument 'negative_slope' has the default "
+                             "0.2 in the schema but the args struct's member initializer gives "
+                             "0.3"));
+  expect_not_registered("core_schema::defaults");
+}
+
+TEST(Schema, StructDefaultWithoutASchemaDefaultRejected) {
+  struct Args {
+    at::Tensor x;
+    std::string mode = "fast";
+  };
+  const auto msg = error_message<c10::ValueError>(
+      [] { customop::define<Args>("core_schema::no_default(Tensor x, str mode) -> Tensor"); });
+  EXPECT_THAT(msg, HasSubstr("argument 'mode' has no default in the schema, but the args "
+                             "struct's member initializer gives it \"fast\""));
+}
+
+TEST(Schema, TypedGradsFieldsMustBeNamedAfterTheirArguments) {
+  struct Args {
+    at::Tensor x;
+    double alpha;
+    at::Tensor bias;
+  };
+  struct Saved {
+    double alpha;
+  };
+  struct SwappedGrads {
+    at::Tensor bias;
+    at::Tensor x;
+  };
+  auto& op = customop::define<Args>(
+      "core_schema::typed_names(Tensor x, float alpha, Tensor bias) -> Tensor");
+  const auto msg = error_message<c10::ValueError>([&] {
+    op.impl_backward([](const Saved&, const at::Tensor& g) { return SwappedGrads{g, g}; });
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::typed_names: the typed grads struct"),
+                         HasSubstr("has field 0 named 'bias' but tensor-like argument 0 is 'x'")));
+  EXPECT_FALSE(op.has_autograd());
+}
+
+// ---- the schema inferred from the args struct --------------------------------------------
+
+TEST(Schema, InferredFromEveryFieldTypeWithDefaultsAsWritten) {
+  struct Args {
+    at::Tensor x;
+    std::vector<at::Tensor> xs;
+    int64_t required_int;  // no initializer: a required argument
+    std::optional<at::Tensor> bias;
+    double negative_slope = 0.2;
+    double scale = 2.0;
+    int64_t dim = -1;
+    bool keepdim = true;
+    std::string mode = "tanh";
+    std::vector<int64_t> dims = {0, 1};
+    std::vector<double> weights = {0.5, 1.5};
+    std::vector<bool> flags = {true, false};
+    std::optional<double> clip;
+    std::optional<int64_t> groups = 4;
+    std::optional<std::string> tag;
+    std::optional<bool> flag;
+  };
+  auto& op = customop::define<Args>("core_schema::inferred");
+  EXPECT_EQ(op.schema_text(),
+            "core_schema::inferred(Tensor x, Tensor[] xs, int required_int, Tensor? bias=None, "
+            "float negative_slope=0.2, float scale=2.0, int dim=-1, bool keepdim=True, "
+            "str mode=\"tanh\", int[] dims=[0, 1], float[] weights=[0.5, 1.5], "
+            "bool[] flags=[True, False], float? clip=None, int? groups=4, str? tag=None, "
+            "bool? flag=None) -> Tensor");
+  // The dispatcher holds the same schema: names, types and defaults.
+  const auto& args = op.schema().arguments();
+  ASSERT_EQ(args.size(), 16u);
+  EXPECT_EQ(args[4].name(), "negative_slope");
+  EXPECT_EQ(args[4].default_value()->toDouble(), 0.2);
+  EXPECT_EQ(args[8].default_value()->toStringRef(), "tanh");
+  EXPECT_FALSE(args[2].default_value().has_value());
+  EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({"core_schema::inferred", ""}).has_value());
+}
+
+TEST(Schema, InferredRefusesARequiredFieldAfterADefaultedOne) {
+  struct Args {
+    at::Tensor x;
+    double alpha = 0.5;
+    at::Tensor y;
+  };
+  const auto msg =
+      error_message<c10::ValueError>([] { customop::define<Args>("core_schema::inferred_order"); });
+  EXPECT_THAT(msg, HasSubstr("core_schema::inferred_order: cannot infer the schema: field 'y' "
+                             "has no default but comes after 'alpha'"));
+  expect_not_registered("core_schema::inferred_order");
+}
+
+TEST(Schema, InferredReturnsFollowRet) {
+  struct Args {
+    at::Tensor x;
+  };
+  auto& op = customop::define<Args, std::tuple<at::Tensor, std::vector<at::Tensor>>>(
+      "core_schema::inferred_returns");
+  EXPECT_EQ(op.schema_text(), "core_schema::inferred_returns(Tensor x) -> (Tensor, Tensor[])");
+}
+
+TEST(Schema, InferredOpRunsWithTheStructDefaultsFromPython) {
+  struct Args {
+    at::Tensor x;
+    double negative_slope = 0.2;
+  };
+  auto& op = customop::define<Args>("core_schema::inferred_leaky");
+  op.impl(c10::DeviceType::CPU,
+          [](const Args& a) { return at::where(a.x > 0, a.x, a.x * a.negative_slope); });
+  const auto x = at::tensor({-1.0, 2.0}, at::kDouble);
+  // A boxed call that leaves the argument out gets the schema's default, as Python does.
+  auto h = c10::Dispatcher::singleton().findSchemaOrThrow("core_schema::inferred_leaky", "");
+  torch::jit::Stack stack{x};
+  const auto& sargs = h.schema().arguments();
+  stack.push_back(*sargs[1].default_value());
+  h.callBoxed(stack);
+  EXPECT_TRUE(at::allclose(stack.back().toTensor(), op(Args{x})));
+  EXPECT_DOUBLE_EQ(stack.back().toTensor()[0].item<double>(), -0.2);
+}
+
+TEST(Schema, AgreeingDefaultsAndPlainFieldsAccepted) {
+  struct Args {
+    at::Tensor x;
+    double negative_slope = 0.2;
+    std::vector<int64_t> dims = {0, 1};
+    bool keepdim;  // no initializer: the schema's default is the only one
+  };
+  auto& op = customop::define<Args>(
+      "core_schema::agree(Tensor x, float negative_slope=0.2, int[] dims=[0, 1], "
+      "bool keepdim=True) -> Tensor");
+  EXPECT_EQ(op.args()[1].name, "negative_slope");
 }
 
 TEST(Schema, S7UnsupportedSchemaArgumentType) {

@@ -209,3 +209,66 @@ def test_vmap_works_through_the_batching_fallback():
     w = torch.rand(4, dtype=torch.float64)
     out = torch.func.vmap(lambda r: torch.ops.customop.rms_norm(r, w, 1e-6))(x)
     torch.testing.assert_close(out, torch.ops.customop.rms_norm(x, w, 1e-6))
+
+
+# ---- torch.export + AOTInductor, loaded from Python and from C++ ----------------------------
+
+LOADER = os.environ.get("CUSTOMOP_AOTI_LOADER") or None
+
+
+@pytest.fixture(scope="module")
+def aoti_package(tmp_path_factory):
+    """One export + AOTI package per session: the digits demo's model (untrained weights),
+    batch dim dynamic. Returns (package path, eager model, data path for the C++ loader)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "examples" / "digits_demo"))
+    from train import DigitsNet, Inference, TensorContainer
+    folder = tmp_path_factory.mktemp("aoti")
+    torch.manual_seed(0)
+    net = DigitsNet().eval()
+    x = torch.rand(40, 64)
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    with torch.no_grad():
+        program = torch.export.export(Inference(net), (x[:8],), dynamic_shapes={"x": {0: batch}})
+        path = torch._inductor.aoti_compile_and_package(program, package_path=str(folder / "m.pt2"))
+        probs = torch._inductor.aoti_load_package(path)(x)
+    data = folder / "data.pt"
+    torch.jit.script(TensorContainer({"x_test": x, "y_test": probs.argmax(1),
+                                      "py_aoti_probs_test": probs})).save(str(data))
+    return path, net, x, data
+
+
+def test_export_graph_calls_the_ops(aoti_package):
+    path, net, x, _ = aoti_package
+    from train import Inference
+    program = torch.export.export(Inference(net), (x[:8],),
+                                  dynamic_shapes={"x": {0: torch.export.Dim("b", min=1)}})
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    for op in ("bias_gelu", "rms_norm", "max_along", "masked_softmax"):
+        assert f"customop.{op}.default" in targets, targets
+
+
+def test_aoti_package_matches_eager_for_two_batch_sizes(aoti_package):
+    path, net, x, _ = aoti_package
+    package = torch._inductor.aoti_load_package(path)
+    with torch.no_grad():
+        for n in (40, 3):
+            torch.testing.assert_close(package(x[:n]), net(x[:n], None), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(LOADER is None, reason="CUSTOMOP_AOTI_LOADER (digits_aoti_eval) not built")
+def test_aoti_package_loads_in_cpp_and_matches_python(aoti_package):
+    path, _, _, data = aoti_package
+    r = subprocess.run([LOADER, "--model", path, "--data", str(data), "--ops-library", OPS_LIB,
+                        "--min-accuracy", "0"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "predictions equal to Python's run of the package: 40 of 40" in r.stdout
+
+
+@pytest.mark.skipif(LOADER is None, reason="CUSTOMOP_AOTI_LOADER (digits_aoti_eval) not built")
+def test_aoti_package_without_the_op_library_names_the_op(aoti_package):
+    path = aoti_package[0]
+    r = subprocess.run([LOADER, "--model", path], capture_output=True, text=True)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "it calls the op customop::" in r.stderr
+    assert "--ops-library" in r.stderr

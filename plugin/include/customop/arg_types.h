@@ -69,18 +69,19 @@ namespace detail {
 template <class T>
 inline constexpr bool always_false = false;
 
+/// The schema kind of an args-struct field type. An unsupported type has supported == false
+/// (the field-level check in customop/op.h reports it, naming the field).
 template <class T>
 struct ArgTraits {
-  static_assert(always_false<T>,
-                "[customop] unsupported args-struct field type. Use at::Tensor, "
-                "std::optional<at::Tensor>, std::vector<at::Tensor>, int64_t (not int), double "
-                "(not float), bool, std::string, std::vector<int64_t|double|bool>, c10::Scalar, "
-                "c10::ScalarType, or std::optional of a scalar type (see customop/arg_types.h)");
+  static constexpr bool supported = false;
+  static constexpr ArgKind kind = ArgKind::kTensor;  // unused: keeps later checks quiet
+  static constexpr std::string_view cpp_name = "<unsupported>";
 };
 
 #define CUSTOMOP_ARG_TRAITS(T, KIND, NAME)             \
   template <>                                          \
   struct ArgTraits<T> {                                \
+    static constexpr bool supported = true;            \
     static constexpr ArgKind kind = ArgKind::KIND;     \
     static constexpr std::string_view cpp_name = NAME; \
   };

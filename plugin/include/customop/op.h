@@ -25,6 +25,7 @@
 #include <c10/util/TypeIndex.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <source_location>
 #include <string_view>
@@ -55,12 +56,39 @@ class OutputDifferentiability {
 
 namespace detail {
 
+/// A field name as a template argument, so that compiler notes print it:
+/// `FieldName<5>{"alpha"}`.
+template <std::size_t N>
+struct FieldName {
+  char name[N + 1]{};
+  constexpr FieldName(std::string_view s) { std::copy_n(s.data(), N, name); }
+};
+
+/// The name of field I of T (Boost.PFR >= 2.2), as a template argument.
+template <class T, std::size_t I>
+inline constexpr auto kFieldName =
+    FieldName<boost::pfr::get_name<I, T>().size()>(boost::pfr::get_name<I, T>());
+
+/// Instantiated per args-struct field: an unsupported type fails here, and the compiler's
+/// note `CheckArgField<FieldName<N>{"<field>"}, <type>>` names the field and its type.
+template <auto Name, class Field>
+struct CheckArgField {
+  static_assert(ArgTraits<Field>::supported,
+                "[customop] unsupported args-struct field type (CheckArgField<FieldName{name}, "
+                "type> below names the field). Use at::Tensor, std::optional<at::Tensor>, "
+                "std::vector<at::Tensor>, int64_t (not int), double (not float), bool, "
+                "std::string, std::vector<int64_t|double|bool>, c10::Scalar, c10::ScalarType, "
+                "or std::optional of a scalar type (see customop/arg_types.h)");
+  static constexpr ArgKind kind = ArgTraits<Field>::kind;
+};
+
 template <class Args>
 constexpr auto field_infos() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
     return std::array<FieldInfo, sizeof...(I)>{
-        FieldInfo{ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind,
-                  ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name}...};
+        FieldInfo{CheckArgField<kFieldName<Args, I>, boost::pfr::tuple_element_t<I, Args>>::kind,
+                  ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name,
+                  boost::pfr::get_name<I, Args>()}...};
   }
   (std::make_index_sequence<kNumFields<Args>>{});
 }
@@ -138,39 +166,56 @@ constexpr auto tensor_like_kinds() {
   return out;
 }
 
-/// Instantiated per field of a typed grads struct; its template arguments name the field in
-/// the compiler's note when the static_assert fires.
-template <std::size_t FieldIndex, class GradField, ArgKind ArgumentKind>
+/// Instantiated per field of a typed grads struct; its template arguments (the field's name,
+/// its type, the argument's kind) name the field in the compiler's note when one fires.
+template <auto GradFieldName, class GradField, ArgKind ArgumentKind>
 struct CheckTypedGradField {
   static_assert(TypedGradKind<GradField>::valid,
                 "[customop] a typed grads field must be at::Tensor, std::optional<at::Tensor>, "
-                "std::vector<at::Tensor> or std::vector<std::optional<at::Tensor>>");
+                "std::vector<at::Tensor> or std::vector<std::optional<at::Tensor>> "
+                "(CheckTypedGradField<FieldName{name}, ...> below names the field)");
   static_assert(!TypedGradKind<GradField>::valid ||
                     TypedGradKind<GradField>::list == (ArgumentKind == ArgKind::kTensorList),
-                "[customop] typed grads field FieldIndex does not match its tensor-like "
-                "argument: a Tensor[] argument takes a std::vector grad, a Tensor or Tensor? "
-                "argument a single at::Tensor grad");
+                "[customop] a typed grads field does not match its tensor-like argument "
+                "(CheckTypedGradField<FieldName{name}, ...> below names the field): a Tensor[] "
+                "argument takes a std::vector grad, a Tensor or Tensor? argument a single "
+                "at::Tensor grad");
   static constexpr bool ok = true;
 };
 
+/// True for a valid typed grads struct G of Args; otherwise one static_assert fires and it
+/// returns false, so the caller instantiates nothing more with G (no cascade of errors).
 template <class Args, class G>
 constexpr bool check_typed_grads() {
-  static_assert(std::is_aggregate_v<G>,
-                "[customop] backward must return customop::Grads (by name), c10::IValue (a "
-                "dict of grads), or a typed grads aggregate with one field per Tensor-like "
-                "argument");
-  static_assert(kNumFields<G> == count_tensor_like<Args>(),
-                "[customop] the typed grads struct needs exactly one field per Tensor-like "
-                "argument (Tensor, Tensor?, Tensor[]) of the args struct, in schema order");
-  if constexpr (kNumFields<G> == count_tensor_like<Args>()) {
+  if constexpr (!std::is_aggregate_v<G>) {
+    static_assert(always_false<G>,
+                  "[customop] backward must return customop::Grads (by name), c10::IValue (a "
+                  "dict of grads), or a typed grads aggregate with one field per Tensor-like "
+                  "argument (not a std::vector of grads or a tuple: name them)");
+    return false;
+  } else if constexpr (kNumFields<G> != count_tensor_like<Args>()) {
+    static_assert(always_false<G>,
+                  "[customop] the typed grads struct needs exactly one field per Tensor-like "
+                  "argument (Tensor, Tensor?, Tensor[]) of the args struct, in schema order");
+    return false;
+  } else {
     return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (CheckTypedGradField<I, boost::pfr::tuple_element_t<I, G>,
+      return (CheckTypedGradField<kFieldName<G, I>, boost::pfr::tuple_element_t<I, G>,
                                   tensor_like_kinds<Args>()[I]>::ok &&
               ...);
     }
     (std::make_index_sequence<kNumFields<G>>{});
   }
-  return true;
+}
+
+/// customop::Grads, c10::IValue, or a valid typed grads struct (check_typed_grads).
+template <class Args, class R>
+constexpr bool grads_type_ok() {
+  if constexpr (std::is_same_v<R, Grads> || std::is_same_v<R, c10::IValue>) {
+    return true;
+  } else {
+    return check_typed_grads<Args, R>();
+  }
 }
 
 template <class Args, class Ret>
@@ -285,51 +330,32 @@ class Op final : public OpCore {
   template <class F>
   Op& impl_backward(F fn, const OutputDifferentiability& output_differentiability = {},
                     std::source_location loc = std::source_location::current()) {
+    // NB: an if-constexpr chain, so that after the first failed check nothing else is
+    // instantiated with the bad types (one error, not pages of them).
     using Traits = detail::FunctionTraits<std::decay_t<F>>;
-    static_assert(Traits::known,
-                  "[customop] backward must be a function or a lambda with explicit parameter "
-                  "types (no auto): (const Saved&, grads...)");
-    using Params = typename Traits::args;
-    static_assert(std::tuple_size_v<Params> == 1 + kNumReturns,
-                  "[customop] backward takes the saved state then exactly one grad per return "
-                  "of the op");
-    using Saved = std::decay_t<std::tuple_element_t<0, Params>>;
-    using Inv = detail::BackwardInvocable<Returns, F, Saved>;
-    static_assert(Inv::value,
-                  "[customop] backward's grad parameters must be, per return: const "
-                  "at::Tensor& (Tensor), const std::vector<at::Tensor>& (Tensor[]), "
-                  "customop::NoGrad (int, float, bool)");
-    using R = typename Inv::result;
-    if constexpr (!std::is_same_v<R, Grads> && !std::is_same_v<R, c10::IValue>) {
-      static_assert(detail::check_typed_grads<Args, R>());
-    }
-    constexpr bool returns_ok = []<std::size_t... I>(std::index_sequence<I...>) {
-      return (detail::kReturnHasBackward<std::tuple_element_t<I, Returns>> && ...);
-    }
-    (std::make_index_sequence<kNumReturns>{});
-    check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
-    note_backward(loc, output_differentiability.flags(), returns_ok);
-    record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward");
-    backward_ = [this, fn = std::move(fn)](
-                    detail::SavedStateBase& base, const std::vector<at::Tensor>& saved_tensors,
-                    std::vector<at::Tensor>& grad_outputs, std::vector<at::Tensor>& flat) mutable {
-      const auto& state = static_cast<const detail::SavedState<Saved>&>(base);
-      const Saved saved = state.restore(saved_tensors);
-      std::size_t k = 0, list = 0;
-      auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return std::tuple<typename detail::GradFor<std::tuple_element_t<I, Returns>>::type...>{
-            take_grad<std::tuple_element_t<I, Returns>>(grad_outputs, state, k, list)...};
-      }
-      (std::make_index_sequence<kNumReturns>{});
-      R result = std::apply([&](auto&... g) { return fn(saved, g...); }, grads);
-      if constexpr (std::is_same_v<R, Grads>) {
-        grads_to_flat(result, state.info, flat);
-      } else if constexpr (std::is_same_v<R, c10::IValue>) {
-        ivalue_grads_to_flat(result, state.info, flat);
+    if constexpr (!Traits::known) {
+      static_assert(detail::always_false<F>,
+                    "[customop] backward must be a function or a lambda with explicit parameter "
+                    "types (no auto): (const Saved&, grads...)");
+    } else if constexpr (std::tuple_size_v<typename Traits::args> != 1 + kNumReturns) {
+      static_assert(detail::always_false<F>,
+                    "[customop] backward takes the saved state then exactly one grad per return "
+                    "of the op");
+    } else {
+      using Saved = std::decay_t<std::tuple_element_t<0, typename Traits::args>>;
+      using Inv = detail::BackwardInvocable<Returns, F, Saved>;
+      if constexpr (!Inv::value) {
+        static_assert(detail::always_false<F>,
+                      "[customop] backward's grad parameters must be, per return: const "
+                      "at::Tensor& (Tensor), const std::vector<at::Tensor>& (Tensor[]), "
+                      "customop::NoGrad (int, float, bool)");
       } else {
-        typed_grads_to_flat(result, state.info, flat);
+        using R = typename Inv::result;
+        if constexpr (detail::grads_type_ok<Args, R>()) {
+          register_backward<Saved, R>(std::move(fn), output_differentiability, loc);
+        }
       }
-    };
+    }
     return *this;
   }
 
@@ -390,9 +416,48 @@ class Op final : public OpCore {
   friend struct detail::GeneratedFunction<Args, Ret>;
 
   Op(std::string_view schema, std::source_location loc)
-      : OpCore(schema, detail::field_infos<Args>(), kReturnKinds, loc) {}
+      : OpCore(schema, detail::field_infos<Args>(), kReturnKinds, loc) {
+    check_struct_defaults(to_stack(Args{}));
+  }
   Op(std::string_view name, std::source_location loc, bool wrap)
-      : OpCore(name, detail::field_infos<Args>(), kReturnKinds, loc, wrap) {}
+      : OpCore(name, detail::field_infos<Args>(), kReturnKinds, loc, wrap) {
+    check_struct_defaults(to_stack(Args{}));
+  }
+
+  template <class Saved, class R, class F>
+  void register_backward(F fn, const OutputDifferentiability& output_differentiability,
+                         const std::source_location& loc) {
+    constexpr bool returns_ok = []<std::size_t... I>(std::index_sequence<I...>) {
+      return (detail::kReturnHasBackward<std::tuple_element_t<I, Returns>> && ...);
+    }
+    (std::make_index_sequence<kNumReturns>{});
+    check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
+    if constexpr (!std::is_same_v<R, Grads> && !std::is_same_v<R, c10::IValue>) {
+      check_grads_field_names(boost::pfr::names_as_array<R>(), c10::demangle_type<R>(), loc);
+    }
+    note_backward(loc, output_differentiability.flags(), returns_ok);
+    record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward");
+    backward_ = [this, fn = std::move(fn)](
+                    detail::SavedStateBase& base, const std::vector<at::Tensor>& saved_tensors,
+                    std::vector<at::Tensor>& grad_outputs, std::vector<at::Tensor>& flat) mutable {
+      const auto& state = static_cast<const detail::SavedState<Saved>&>(base);
+      const Saved saved = state.restore(saved_tensors);
+      std::size_t k = 0, list = 0;
+      auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return std::tuple<typename detail::GradFor<std::tuple_element_t<I, Returns>>::type...>{
+            take_grad<std::tuple_element_t<I, Returns>>(grad_outputs, state, k, list)...};
+      }
+      (std::make_index_sequence<kNumReturns>{});
+      R result = std::apply([&](auto&... g) { return fn(saved, g...); }, grads);
+      if constexpr (std::is_same_v<R, Grads>) {
+        grads_to_flat(result, state.info, flat);
+      } else if constexpr (std::is_same_v<R, c10::IValue>) {
+        ivalue_grads_to_flat(result, state.info, flat);
+      } else {
+        typed_grads_to_flat(result, state.info, flat);
+      }
+    };
+  }
 
   void check_saved_type(const std::type_info& type, std::string_view type_name, const char* what,
                         const std::source_location& loc) const {
@@ -595,14 +660,32 @@ void Op<Args, Ret>::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stac
 /// (visible as torch.ops.ns.name). Rules of the reference: functional only (no mutation,
 /// no alias returns, at least one return), no overload name, no argument named self, no
 /// reserved namespace (aten, prim, prims, at, torch, pytorch) and no '.' in the namespace.
-/// Unsupported field types and non-aggregate args structs are compile errors; field count
-/// and types are checked against the schema here.
+/// Unsupported field types and non-aggregate args structs are compile errors; field count,
+/// types and names are checked against the schema here, and so are the struct's default
+/// member initializers against the schema's defaults (see OpCore::check_struct_defaults).
+///
+/// With a bare name ("ns::name", no argument list) the schema is inferred from `Args` and
+/// `Ret`, as torch.library.custom_op infers it from type hints: one argument per field, named
+/// and typed after it (customop/arg_types.h), defaults from the default member initializers
+/// (std::optional fields default to None), returns from `Ret`. For example
+///   struct Args { at::Tensor x; double negative_slope = 0.2; std::optional<at::Tensor> bias; };
+///   define<Args>("myns::leaky")  // myns::leaky(Tensor x, float negative_slope=0.2,
+///                                //             Tensor? bias=None) -> Tensor
+/// NB: an initializer of 0, 0.0, false, "" or {} cannot be told from none (the field is then
+/// a required argument); write such a default in an explicit schema.
 /// Throws c10::Error naming the op when the schema does not parse, breaks a rule, does not
-/// match Args/Ret (naming field index, argument, expected and actual C++ type), or the op is
-/// already defined (naming the first definition's file:line).
+/// match Args/Ret (naming field index, field, argument, expected and actual C++ type), or the
+/// op is already defined (naming the first definition's file:line).
 template <class Args, class Ret = at::Tensor>
 Op<Args, Ret>& define(std::string_view schema,
                       std::source_location loc = std::source_location::current()) {
+  std::string inferred;
+  if (schema.find('(') == std::string_view::npos) {
+    inferred =
+        detail::infer_schema(schema, detail::field_infos<Args>(), Op<Args, Ret>::to_stack(Args{}),
+                             detail::ReturnKinds<detail::ReturnTupleT<Ret>>::value);
+    schema = inferred;
+  }
   auto op = std::unique_ptr<Op<Args, Ret>>(new Op<Args, Ret>(schema, loc));
   return static_cast<Op<Args, Ret>&>(register_op(std::move(op)));
 }

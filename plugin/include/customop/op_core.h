@@ -54,6 +54,7 @@ namespace detail {
 struct FieldInfo {
   ArgKind kind;
   std::string_view cpp_name;
+  std::string_view name;  ///< the field's name (Boost.PFR); must equal the schema argument's
 };
 
 /// What one call's tensor-like arguments looked like (the reference's `args_info`), kept for
@@ -67,6 +68,15 @@ struct ArgsInfo {
 };
 
 using BoxedKernel = std::function<void(torch::jit::Stack*)>;
+
+/// The schema define<Args>("ns::name") infers: `name(<type> <field>[=<default>], ...) ->
+/// <returns>`, defaults from `value_initialized` (a value-initialized args struct's fields:
+/// non-zero-like values, and None for optional fields), float defaults in their shortest
+/// round-trip spelling (0.2). Throws c10::ValueError naming `name` for a default it cannot
+/// spell (a non-finite float, a Tensor).
+std::string infer_schema(std::string_view name, std::span<const FieldInfo> fields,
+                         const torch::jit::Stack& value_initialized,
+                         std::span<const ArgKind> return_kinds);
 
 struct KernelEntry {
   BoxedKernel fn;
@@ -86,6 +96,9 @@ class OpCore {
   /// Qualified name, "ns::name".
   const std::string& name() const { return name_; }
   const c10::FunctionSchema& schema() const { return schema_; }
+  /// The schema as written to define() (or as inferred there): defaults as written, where
+  /// schema() prints them as torch does (0.2 as 0.20000000000000001).
+  const std::string& schema_text() const { return schema_text_; }
   /// Dispatcher handle; valid once the op is registered.
   const c10::OperatorHandle& handle() const { return *handle_; }
   const std::vector<ArgSpec>& args() const { return args_; }
@@ -120,6 +133,17 @@ class OpCore {
   OpCore(std::string_view qualified_name, std::span<const detail::FieldInfo> fields,
          std::span<const ArgKind> return_kinds, std::source_location loc, bool /*wrap*/);
 
+  /// The args struct's default member initializers against the schema's defaults:
+  /// `value_initialized` holds the fields of a value-initialized args struct (Args{}), in
+  /// order. A field whose value is not zero-like (0, 0.0, false, "", empty list, None) has an
+  /// initializer; it must equal the schema default of its argument, and the argument must
+  /// have one. Throws c10::ValueError naming the op, the argument and both values.
+  /// NB: an initializer equal to the zero-like value cannot be told from none (not checked).
+  void check_struct_defaults(const torch::jit::Stack& value_initialized) const;
+  /// A typed grads struct's field names must be the tensor-like arguments' names, in order.
+  /// Throws c10::ValueError naming the op, the field, the argument and `loc`.
+  void check_grads_field_names(std::span<const std::string_view> names, std::string_view type_name,
+                               const std::source_location& loc) const;
   void set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   void set_fake_kernel(detail::BoxedKernel fn, std::source_location loc);
   void note_save_for_backward(std::source_location loc);
@@ -167,6 +191,7 @@ class OpCore {
   std::string name_;
   std::string ns_;
   c10::FunctionSchema schema_;
+  std::string schema_text_;
   std::vector<ArgSpec> args_;
   std::vector<ArgKind> returns_;
   std::source_location loc_;

@@ -9,8 +9,9 @@
 ///   auto& op = customop::define<ScaleArgs, "myns::scale(Tensor x, float alpha) -> Tensor">();
 ///   // A `float alpha` field, a missing field or an `at::Tensor` for `Tensor?` fails to build.
 ///
-/// Only the argument and return types are read here; everything else (names, defaults, the
-/// functional-only rules) is checked by the runtime parser when define() runs.
+/// Argument types and names are read here (a field named differently from its argument fails
+/// to build); everything else (defaults, the functional-only rules) is checked by the runtime
+/// parser when define() runs.
 
 #include <customop/arg_types.h>
 #include <customop/op.h>
@@ -39,6 +40,7 @@ struct ParsedSchema {
   bool ok = false;  // false: the literal did not parse here; the runtime parser reports why
   std::size_t num_args = 0;
   std::array<std::optional<ArgKind>, kMaxArgs> args{};  // nullopt: a type not read here
+  std::array<std::string_view, kMaxArgs> names{};
   std::size_t num_returns = 0;
   std::array<std::optional<ArgKind>, kMaxArgs> returns{};
 };
@@ -122,6 +124,14 @@ constexpr std::string_view type_of(std::string_view decl, bool named) {
   return sp == std::string_view::npos ? std::string_view() : trim(decl.substr(0, sp));
 }
 
+// "Tensor? mask=None" -> "mask".
+constexpr std::string_view name_of(std::string_view decl) {
+  auto eq = decl.find('=');
+  if (eq != std::string_view::npos) decl = trim(decl.substr(0, eq));
+  auto sp = decl.rfind(' ');
+  return sp == std::string_view::npos ? std::string_view() : trim(decl.substr(sp + 1));
+}
+
 constexpr ParsedSchema parse(std::string_view s) {
   ParsedSchema out;
   const auto open = s.find('(');
@@ -132,6 +142,7 @@ constexpr ParsedSchema parse(std::string_view s) {
   bool ok = split_top_level(s.substr(open + 1, close - open - 1), [&](std::string_view a) {
     if (a == "*") return true;  // kw-only marker
     if (out.num_args == kMaxArgs) return false;
+    out.names[out.num_args] = name_of(a);
     out.args[out.num_args++] = kind_of(type_of(a, /*named=*/true));
     return true;
   });
@@ -199,16 +210,24 @@ struct RetFromSchema {
                                  : 1 > {}));
 };
 
-/// Instantiated per field; on a mismatch the compiler's note shows <field index, C++ field
-/// type, schema kind>.
-template <std::size_t FieldIndex, class Field, ArgKind SchemaKind>
+/// Instantiated per field; on a mismatch the compiler's note shows <field index, field name,
+/// C++ field type, schema argument name, schema kind>.
+template <std::size_t FieldIndex, auto FieldNameV, class Field, auto ArgNameV, ArgKind SchemaKind>
 struct CheckField {
   static_assert(ArgTraits<Field>::kind == SchemaKind,
                 "[customop] an args struct field does not match its schema argument type (the "
-                "template arguments of CheckField name the field index, its C++ type and the "
-                "schema type; see customop/arg_types.h for the mapping)");
+                "template arguments of CheckField name the field index, the field, its C++ type, "
+                "the schema argument and its type; see customop/arg_types.h for the mapping)");
+  static_assert(ArgTraits<Field>::kind != SchemaKind ||
+                    std::string_view(FieldNameV.name) == std::string_view(ArgNameV.name),
+                "[customop] an args struct field is named differently from its schema argument "
+                "(the template arguments of CheckField name the field and the argument); each "
+                "field must have its argument's name, in schema order");
   static constexpr bool ok = true;
 };
+
+template <FixedString S, std::size_t I>
+inline constexpr auto kArgName = FieldName<kParsed<S>.names[I].size()>(kParsed<S>.names[I]);
 
 template <class Args, FixedString S>
 constexpr bool check_args() {
@@ -219,10 +238,9 @@ constexpr bool check_args() {
   if constexpr (p.num_args == kNumFields<Args>) {
     return []<std::size_t... I>(std::index_sequence<I...>) {
       // Types this parser does not read (nullopt) are left to the runtime check.
-      return ((!p.args[I].has_value() ||
-               CheckField<I, boost::pfr::tuple_element_t<I, Args>,
-                          p.args[I].value_or(
-                              ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind)>::ok) &&
+      return (CheckField<
+                  I, kFieldName<Args, I>, boost::pfr::tuple_element_t<I, Args>, kArgName<S, I>,
+                  p.args[I].value_or(ArgTraits<boost::pfr::tuple_element_t<I, Args>>::kind)>::ok &&
               ...);
     }
     (std::make_index_sequence<kNumFields<Args>>{});
