@@ -126,16 +126,6 @@ int main(int argc, char** argv) {
     std::cerr << "digits_load_and_eval: --model is required\n" << kUsage;
     return 2;
   }
-  try {
-    return run(flags);
-  } catch (const customop::examples::MissingOpError& e) {
-    std::cerr << "digits_load_and_eval: " << e.what() << "\n";
-    return 3;
-  } catch (const c10::Error& e) {
-    std::cerr << "digits_load_and_eval: " << e.what_without_backtrace() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "digits_load_and_eval: " << e.what() << "\n";
-    return 1;
-  }
+  return customop::examples::run_reporting_errors("digits_load_and_eval",
+                                                  [&] { return run(flags); });
 }

@@ -57,6 +57,21 @@ torch::jit::Module load_scripted_model(const std::string& path) {
   }
 }
 
+int run_reporting_errors(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const MissingOpError& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 3;
+  } catch (const c10::Error& e) {
+    std::cerr << program << ": " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti_package(
     const std::string& path) {
   try {

@@ -5,6 +5,8 @@
 
 #include <torch/script.h>
 
+#include <functional>
+#include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -48,6 +50,11 @@ class AOTIModelPackageLoader;
 }  // namespace torch::inductor
 
 namespace customop::examples {
+
+/// Runs a demo program's body and turns what it throws into one line on stderr, prefixed with
+/// `program`, and the exit status: MissingOpError 3, any other exception 1 (c10::Error without
+/// its backtrace); otherwise the body's own status.
+int run_reporting_errors(const char* program, const std::function<int()>& body);
 
 /// Loads an AOTInductor package (`.pt2` from torch._inductor.aoti_compile_and_package) for
 /// the CPU, the successor of torch::jit::load. When the package calls an op nobody
