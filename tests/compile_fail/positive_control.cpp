@@ -3,6 +3,9 @@
 #include <customop/customop.h>
 #include <customop/static_schema.h>
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
 struct Args {
   at::Tensor x;
   int64_t dim;

@@ -14,6 +14,7 @@
 ///   at::Tensor y = op(ScaleArgs{.x = t, .alpha = 2.0});
 
 #include <customop/arg_types.h>
+#include <customop/detail/backward_op.h>
 #include <customop/detail/function_traits.h>
 #include <customop/detail/saved_state.h>
 #include <customop/detail/stack.h>
@@ -23,9 +24,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <boost/pfr.hpp>
 #include <c10/util/TypeIndex.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <exception>
 #include <initializer_list>
 #include <source_location>
 #include <string_view>
@@ -218,9 +219,6 @@ constexpr bool grads_type_ok() {
   }
 }
 
-template <class Args, class Ret>
-struct GeneratedFunction;
-
 }  // namespace detail
 
 /// An op defined through customop; see define(). `Args` is the args struct (one field per
@@ -266,7 +264,8 @@ class Op final : public OpCore {
   /// (FakeTensors under torch.compile / torch.export / opcheck) and returns outputs with the
   /// shapes, dtypes and strides the real kernels return, without reading any data. Keep shapes
   /// symbolic (`sym_sizes()`, `sym_size(d)`, `at::empty_symint`, `at::empty_strided_symint`),
-  /// or torch.compile(dynamic=True) specialises and recompiles per shape.
+  /// or torch.compile(dynamic=True) specialises and recompiles per shape. (op.h brings no ATen
+  /// functions: include <ATen/ops/empty.h> or <ATen/ATen.h> for them.)
   /// A return of int/float/bool is a data-dependent value no fake kernel can compute: such ops
   /// fail to compile here; return the value as a 0-dim Tensor instead.
   /// Throws c10::Error naming the op if a fake kernel is already registered (naming the first
@@ -374,6 +373,39 @@ class Op final : public OpCore {
     return impl_backward(std::move(backward), output_differentiability, loc);
   }
 
+  /// The backward formula as a second op with hand-written kernels (the way fused CUDA ops
+  /// ship a backward kernel): defines the backward op "<ns>::<name>_backward" with the args
+  /// struct `BwdArgs`, its schema inferred from `BwdArgs` (define("ns::name")) and its returns
+  /// one grad per Tensor-like argument of this op in schema order (at::Tensor for a Tensor or
+  /// Tensor? argument, std::vector<at::Tensor> for a Tensor[]; a std::tuple when there are
+  /// several), and registers this op's formula:
+  ///   - save_for_backward is `save(const Args& inputs, const Ret& output) -> BwdArgs`, run
+  ///     once per forward, leaving the leading grad fields empty (declare them with `{}`,
+  ///     `at::Tensor grad{};`, so designated initializers may omit them under -Wextra);
+  ///   - backward fills the leading fields of `BwdArgs` with the grads of this op's outputs
+  ///     (one per Tensor or Tensor[] return, in order, of that type), calls the backward op
+  ///     through the dispatcher and validates its returns as grads by argument name (an
+  ///     undefined Tensor is None: no grad), with every check impl_backward makes.
+  /// Register the backward op's kernels on the op this returns (`impl(device, kernel)`, and
+  /// `impl_fake` for torch.compile/torch.export, which then trace the backward as one call).
+  /// Double backward: the backward op is an op like any other. With a formula of its own
+  /// (`impl_autograd`, which may call the backward op again) double backward runs through it;
+  /// without one, a backward with create_graph=True whose inputs require grad raises "Autograd
+  /// has not been implemented for operator <ns>::<name>_backward", never a wrong answer.
+  /// Throws c10::Error naming the op if a formula half is already registered or the backward
+  /// op is already defined (naming the first definition's file:line).
+  ///
+  /// Example (StyleGAN2's fused bias + leaky ReLU; examples/fused_leaky_relu):
+  ///   struct BwdArgs { at::Tensor grad{}; at::Tensor out; double negative_slope; double scale; };
+  ///   auto& bwd = op.define_backward<BwdArgs>([](const Args& a, const at::Tensor& out) {
+  ///     return BwdArgs{.out = out, .negative_slope = a.negative_slope, .scale = a.scale};
+  ///   });
+  ///   bwd.impl(c10::DeviceType::CPU, [](const BwdArgs& b) { return backward_cpu(b); });  // -> (grad_x, grad_bias)
+  template <class BwdArgs, class S>
+  Op<BwdArgs, detail::BackwardOpRet<Args>>& define_backward(
+      S save, const OutputDifferentiability& output_differentiability = {},
+      std::source_location loc = std::source_location::current());
+
   /// Calls the op through the dispatcher (every dispatch key, autograd included).
   /// Throws whatever the kernel or the autograd glue throws.
   Ret operator()(const Args& args) const {
@@ -413,7 +445,6 @@ class Op final : public OpCore {
   friend Op<A, R>& define(std::string_view, std::source_location);
   template <class A, class R>
   friend Op<A, R>& wrap(std::string_view, std::source_location);
-  friend struct detail::GeneratedFunction<Args, Ret>;
 
   Op(std::string_view schema, std::source_location loc)
       : OpCore(schema, detail::field_infos<Args>(), kReturnKinds, loc) {
@@ -535,7 +566,22 @@ class Op final : public OpCore {
     });
   }
 
-  void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) override;
+  c10::intrusive_ptr<detail::SavedStateBase> save_boxed(
+      torch::jit::Stack& args, const torch::jit::Stack& outputs,
+      std::vector<at::Tensor>& tensors_to_save) override {
+    const Args a = detail::args_from_stack<Args>(args, /*consume=*/false);
+    torch::jit::Stack returns = outputs;
+    const Ret result = detail::pop_returns<Ret>(returns);
+    auto state = save_(a, result);
+    tensors_to_save = take_tensors_(*state);
+    return state;
+  }
+
+  void backward_boxed(detail::SavedStateBase& state, const std::vector<at::Tensor>& saved_tensors,
+                      std::vector<at::Tensor>& grad_outputs,
+                      std::vector<at::Tensor>& flat) override {
+    backward_(state, saved_tensors, grad_outputs, flat);
+  }
 
   std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Ret&)> save_;
   std::function<std::vector<at::Tensor>(detail::SavedStateBase&)> take_tensors_;
@@ -546,114 +592,6 @@ class Op final : public OpCore {
   std::string saved_type_name_;
   const char* saved_type_from_ = "";
 };
-
-namespace detail {
-
-/// What the generated Function's forward needs from the autograd kernel.
-template <class Args, class Ret>
-struct ForwardCall {
-  Op<Args, Ret>* op;
-  c10::DispatchKeySet ks;
-  torch::jit::Stack* stack;  // holds the args on entry, the outputs on exit
-  const Args* args;
-  Ret* result;
-  ArgsInfo info;
-};
-
-inline constexpr const char* kSavedStateKey = "customop";
-
-/// The autograd Function generated for every op with a formula (the reference's
-/// gen_autograd_function): forward redispatches below autograd and runs save_for_backward;
-/// backward runs the user's formula and validates its grads.
-template <class Args, class Ret>
-struct GeneratedFunction : torch::autograd::Function<GeneratedFunction<Args, Ret>> {
-  static std::vector<at::Tensor> forward(torch::autograd::AutogradContext* ctx,
-                                         ForwardCall<Args, Ret>* call, at::TensorList) {
-    ctx->set_materialize_grads(true);
-    auto& op = *call->op;
-    op.handle().redispatchBoxed(call->ks & c10::after_autograd_keyset, call->stack);
-    std::vector<at::Tensor> non_differentiable;
-    op.non_differentiable_outputs(*call->stack, non_differentiable);
-    *call->result = pop_returns<Ret>(*call->stack);
-
-    auto state = op.save_(*call->args, *call->result);
-    state->info = std::move(call->info);
-    state->op = static_cast<OpCore*>(&op);
-    std::vector<at::Tensor> outputs;
-    auto collect = [&](const auto& r) {
-      using T = std::decay_t<decltype(r)>;
-      if constexpr (std::is_same_v<T, at::Tensor>) {
-        outputs.push_back(r);
-      } else if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
-        state->return_list_sizes.push_back(static_cast<int32_t>(r.size()));
-        outputs.insert(outputs.end(), r.begin(), r.end());
-      }
-    };
-    if constexpr (IsTuple<Ret>::value) {
-      std::apply([&](const auto&... r) { (collect(r), ...); }, *call->result);
-    } else {
-      collect(*call->result);
-    }
-    ctx->save_for_backward(op.take_tensors_(*state));
-    ctx->saved_data[kSavedStateKey] =
-        c10::IValue::make_capsule(c10::intrusive_ptr<torch::CustomClassHolder>(std::move(state)));
-    if (!non_differentiable.empty()) ctx->mark_non_differentiable(non_differentiable);
-    return outputs;
-  }
-
-  static std::vector<at::Tensor> backward(torch::autograd::AutogradContext* ctx,
-                                          std::vector<at::Tensor> grad_outputs) {
-    auto holder = ctx->saved_data.at(kSavedStateKey).toCapsule();
-    auto& state = static_cast<SavedStateBase&>(*holder);
-    auto* op = static_cast<Op<Args, Ret>*>(static_cast<OpCore*>(state.op));
-    const auto saved_tensors = ctx->get_saved_variables();
-    std::vector<at::Tensor> grads;
-    grads.emplace_back();  // for the ForwardCall* argument of forward
-    op->backward_(state, saved_tensors, grad_outputs, grads);
-    return grads;
-  }
-};
-
-}  // namespace detail
-
-template <class Args, class Ret>
-void Op<Args, Ret>::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-  const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/false);
-  detail::ForwardCall<Args, Ret> call{this, ks, stack, &args, nullptr, {}};
-  collect_args_info(*stack, call.info);
-  std::vector<at::Tensor> flat;
-  boost::pfr::for_each_field(args, [&](const auto& field) {
-    using F = std::decay_t<decltype(field)>;
-    if constexpr (std::is_same_v<F, at::Tensor>) {
-      flat.push_back(field);
-    } else if constexpr (std::is_same_v<F, std::optional<at::Tensor>>) {
-      // NB: a Tensor? that is None is no input of the autograd Function (an undefined
-      // tensor there is refused); the grads skip it too (ArgsInfo::kNone).
-      if (field.has_value() && field->defined()) flat.push_back(*field);
-    } else if constexpr (std::is_same_v<F, std::vector<at::Tensor>>) {
-      flat.insert(flat.end(), field.begin(), field.end());
-    }
-  });
-  Ret result{};
-  call.result = &result;
-  auto outputs = detail::GeneratedFunction<Args, Ret>::apply(&call, at::TensorList(flat));
-  // Hand back the autograd-wrapped tensors in place of the raw ones.
-  std::size_t k = 0;
-  auto replace = [&](auto& r) {
-    using T = std::decay_t<decltype(r)>;
-    if constexpr (std::is_same_v<T, at::Tensor>) {
-      r = outputs[k++];
-    } else if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
-      for (auto& t : r) t = outputs[k++];
-    }
-  };
-  if constexpr (detail::IsTuple<Ret>::value) {
-    std::apply([&](auto&... r) { (replace(r), ...); }, result);
-  } else {
-    replace(result);
-  }
-  detail::push_returns(*stack, std::move(result));
-}
 
 /// Defines the op `schema` ("ns::name(Tensor x, float alpha) -> Tensor") with the named
 /// arguments of `Args` and the C++ return type `Ret`, and registers it with the dispatcher
@@ -688,6 +626,61 @@ Op<Args, Ret>& define(std::string_view schema,
   }
   auto op = std::unique_ptr<Op<Args, Ret>>(new Op<Args, Ret>(schema, loc));
   return static_cast<Op<Args, Ret>&>(register_op(std::move(op)));
+}
+
+template <class Args, class Ret>
+template <class BwdArgs, class S>
+Op<BwdArgs, detail::BackwardOpRet<Args>>& Op<Args, Ret>::define_backward(
+    S save, const OutputDifferentiability& output_differentiability, std::source_location loc) {
+  using BwdRet = detail::BackwardOpRet<Args>;
+  using OutputGrads = typename detail::OutputGrads<Returns>::type;
+  // NB: an if-constexpr chain: after the first failed check nothing else is instantiated with
+  // the bad types (one error, not pages of them).
+  if constexpr (std::tuple_size_v<typename detail::BackwardOpReturns<Args>::tuple> == 0) {
+    static_assert(detail::always_false<S>,
+                  "[customop] define_backward: the op has no Tensor-like argument to "
+                  "differentiate");
+  } else if constexpr (std::tuple_size_v<OutputGrads> == 0) {
+    static_assert(detail::always_false<S>,
+                  "[customop] define_backward: the op has no Tensor or Tensor[] return to "
+                  "differentiate");
+  } else if constexpr (!std::is_aggregate_v<BwdArgs>) {
+    static_assert(detail::always_false<S>,
+                  "[customop] define_backward: the backward args struct must be an aggregate");
+  } else if constexpr (!detail::leading_fields_take_grads<BwdArgs, OutputGrads>()) {
+    static_assert(detail::always_false<S>,
+                  "[customop] define_backward: the backward args struct's first fields receive "
+                  "the grads of the op's outputs, one per Tensor (at::Tensor) or Tensor[] "
+                  "(std::vector<at::Tensor>) return, in order");
+  } else if constexpr (!std::is_invocable_v<S&, const Args&, const Ret&>) {
+    static_assert(detail::always_false<S>,
+                  "[customop] define_backward: save must be callable as save(const Args& "
+                  "inputs, const Ret& output)");
+  } else if constexpr (!std::is_same_v<
+                           std::decay_t<std::invoke_result_t<S&, const Args&, const Ret&>>,
+                           BwdArgs>) {
+    static_assert(detail::always_false<S>,
+                  "[customop] define_backward: save must return the backward args struct, its "
+                  "grad fields left empty");
+  } else {
+    impl_save_for_backward(std::move(save), loc);
+    auto& bwd = define<BwdArgs, BwdRet>(name() + "_backward", loc);
+    register_backward<BwdArgs, Grads>(
+        [this, &bwd](const BwdArgs& saved, auto&... output_grads) {
+          BwdArgs call = saved;
+          detail::fill_grad_fields(call, std::tuple_cat(detail::grad_as_tuple(output_grads)...));
+          std::vector<c10::IValue> values = detail::backward_op_grads(bwd(call));
+          Grads grads;
+          std::size_t k = 0;
+          for (const auto& a : args()) {
+            if (is_tensor_like(a.kind)) grads.set(a.name, std::move(values[k++]));
+          }
+          return grads;
+        },
+        output_differentiability, loc);
+    return bwd;
+  }
+  std::terminate();  // unreachable: a failed check above does not compile
 }
 
 /// Adopts an op already defined with plain TORCH_LIBRARY, so customop can add kernels and a

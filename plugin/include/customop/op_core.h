@@ -28,6 +28,8 @@ class Library;
 
 namespace customop {
 
+class OpCore;
+
 /// One argument of an op's schema, in schema order (kw-only arguments included).
 struct ArgSpec {
   std::string name;  ///< schema argument name == args-struct field name
@@ -68,6 +70,15 @@ struct ArgsInfo {
 };
 
 using BoxedKernel = std::function<void(torch::jit::Stack*)>;
+
+/// What the generated autograd Function keeps between forward and backward besides the
+/// saved tensors (which live in the autograd context); SavedState<Saved> adds the user's
+/// saved state (customop/detail/saved_state.h).
+struct SavedStateBase : torch::CustomClassHolder {
+  OpCore* op = nullptr;                            // the op whose formula runs in backward
+  ArgsInfo info;                                   // the reference's args_info
+  c10::SmallVector<int32_t, 4> return_list_sizes;  // length of each Tensor[] return, in order
+};
 
 /// The schema define<Args>("ns::name") infers: `name(<type> <field>[=<default>], ...) ->
 /// <returns>`, defaults from `value_initialized` (a value-initialized args struct's fields:
@@ -150,8 +161,20 @@ class OpCore {
   void note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
                      bool returns_backward_ok);
 
-  /// The typed part of the autograd kernel: runs the generated autograd Function.
-  virtual void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) = 0;
+  /// The typed half of the generated autograd Function's forward (Op<Args, Ret>): reads the
+  /// args struct from `args` (one IValue per schema argument) and the C++ return value from
+  /// `outputs` (one IValue per return), runs save_for_backward, and moves the saved state's
+  /// tensor fields into `tensors_to_save` (for the autograd context).
+  virtual c10::intrusive_ptr<detail::SavedStateBase> save_boxed(
+      torch::jit::Stack& args, const torch::jit::Stack& outputs,
+      std::vector<at::Tensor>& tensors_to_save) = 0;
+  /// The typed half of its backward: restores the saved state from `state` and
+  /// `saved_tensors`, runs the backward formula on `grad_outputs` (one per output tensor) and
+  /// appends the validated grads to `flat`, one per input of the autograd Function.
+  virtual void backward_boxed(detail::SavedStateBase& state,
+                              const std::vector<at::Tensor>& saved_tensors,
+                              std::vector<at::Tensor>& grad_outputs,
+                              std::vector<at::Tensor>& flat) = 0;
 
   /// Throws the reference's backward-time error: "In the backward function defined for <op>
   /// at <file:line> using the CustomOp API, <what>".
@@ -183,6 +206,9 @@ class OpCore {
   void install_autograd_indirection();
   void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                        torch::jit::Stack* stack);
+  /// Runs the generated autograd Function (autograd_function.cpp) on the args on `stack`.
+  void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack);
+  friend struct GeneratedFunction;
   void device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
   void install_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   void init_from_schema(std::span<const detail::FieldInfo> fields,

@@ -7,7 +7,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <boost/pfr.hpp>
-#include <torch/custom_class_detail.h>
 
 #include <optional>
 #include <type_traits>
@@ -23,14 +22,6 @@ template <>
 struct IsSavedTensorField<std::optional<at::Tensor>> : std::true_type {};
 template <>
 struct IsSavedTensorField<std::vector<at::Tensor>> : std::true_type {};
-
-/// What the generated autograd Function keeps between forward and backward besides the
-/// saved tensors (which live in the autograd context).
-struct SavedStateBase : torch::CustomClassHolder {
-  OpCore* op = nullptr;                            // the op whose formula runs in backward
-  ArgsInfo info;                                   // the reference's args_info
-  c10::SmallVector<int32_t, 4> return_list_sizes;  // length of each Tensor[] return, in order
-};
 
 template <class Saved>
 struct SavedState final : SavedStateBase {

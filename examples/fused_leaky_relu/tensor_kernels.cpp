@@ -1,0 +1,156 @@
+#include "tensor_kernels.h"
+
+#include "kernels.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/util/Exception.h>
+
+#include <vector>
+
+#ifdef FLRELU_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace flrelu {
+namespace {
+
+constexpr const char* kForward = "fused_bias_leaky_relu";
+constexpr const char* kBackward = "fused_bias_leaky_relu_backward";
+
+void check_values(const char* op, double negative_slope, double scale) {
+  TORCH_CHECK_VALUE(negative_slope >= 0, op, ": negative_slope must be >= 0, but got ",
+                    negative_slope);
+  TORCH_CHECK_VALUE(scale > 0, op, ": scale must be > 0, but got ", scale);
+}
+
+void check_forward(const at::Tensor& x, const at::Tensor& bias, double negative_slope,
+                   double scale) {
+  TORCH_CHECK_TYPE(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, kForward,
+                   ": x must be float32 or float64, but got ", x.scalar_type());
+  TORCH_CHECK_TYPE(bias.scalar_type() == x.scalar_type(), kForward, ": bias must have x's dtype ",
+                   x.scalar_type(), ", but got ", bias.scalar_type());
+  TORCH_CHECK(bias.device() == x.device(), kForward, ": bias must be on x's device ", x.device(),
+              ", but is on ", bias.device());
+  TORCH_CHECK(x.dim() >= 2, kForward, ": x must have shape [N, C, *], but got ", x.sym_sizes());
+  TORCH_CHECK(bias.dim() == 1 && bias.sym_size(0) == x.sym_size(1), kForward,
+              ": bias must have shape [C] = [", x.sym_size(1), "], but got ", bias.sym_sizes());
+  check_values(kForward, negative_slope, scale);
+}
+
+void check_backward(const at::Tensor& grad, const at::Tensor& out, double negative_slope,
+                    double scale) {
+  TORCH_CHECK(out.dim() >= 2, kBackward, ": out must have shape [N, C, *], but got ",
+              out.sym_sizes());
+  TORCH_CHECK(grad.sym_sizes() == out.sym_sizes(), kBackward, ": grad must have out's shape ",
+              out.sym_sizes(), ", but got ", grad.sym_sizes());
+  TORCH_CHECK_TYPE(grad.scalar_type() == out.scalar_type(), kBackward,
+                   ": grad must have out's dtype ", out.scalar_type(), ", but got ",
+                   grad.scalar_type());
+  TORCH_CHECK(grad.device() == out.device(), kBackward, ": grad must be on out's device ",
+              out.device(), ", but is on ", grad.device());
+  check_values(kBackward, negative_slope, scale);
+}
+
+struct Dims {
+  int64_t outer, channels, inner;
+};
+
+Dims dims_of(const at::Tensor& t) {
+  int64_t inner = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) inner *= t.size(d);
+  return {t.size(0), t.size(1), inner};
+}
+
+}  // namespace
+
+at::Tensor fused_forward(const at::Tensor& x_in, const at::Tensor& bias_in,
+                         double negative_slope, double scale) {
+  check_forward(x_in, bias_in, negative_slope, scale);
+  const at::Tensor x = x_in.contiguous();
+  const at::Tensor bias = bias_in.contiguous();
+  at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  const Dims d = dims_of(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kForward, [&] {
+    const ForwardParams<scalar_t> p{x.const_data_ptr<scalar_t>(),
+                                    bias.const_data_ptr<scalar_t>(),
+                                    out.mutable_data_ptr<scalar_t>(),
+                                    d.outer,
+                                    d.channels,
+                                    d.inner,
+                                    static_cast<scalar_t>(negative_slope),
+                                    static_cast<scalar_t>(scale)};
+    if (x.is_cpu()) {
+      forward_cpu(p);
+      return;
+    }
+#ifdef FLRELU_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    const cudaError_t err = forward_cuda(p, at::cuda::getCurrentCUDAStream());
+    TORCH_CHECK(err == cudaSuccess, kForward, ": CUDA launch failed: ", cudaGetErrorString(err));
+#else
+    TORCH_CHECK(false, kForward, ": built without CUDA, got x on ", x.device());
+#endif
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_backward(const at::Tensor& grad_in,
+                                                  const at::Tensor& out_in, double negative_slope,
+                                                  double scale) {
+  check_backward(grad_in, out_in, negative_slope, scale);
+  const at::Tensor grad = grad_in.contiguous();
+  const at::Tensor out = out_in.contiguous();
+  at::Tensor grad_x = at::empty_like(out, at::MemoryFormat::Contiguous);
+  at::Tensor grad_bias = at::empty({out.size(1)}, out.options());
+  const Dims d = dims_of(out);
+  TORCH_CHECK(d.channels < (int64_t{1} << 31), kBackward, ": at most 2^31 - 1 channels, got ",
+              d.channels);
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), kBackward, [&] {
+    const BackwardParams<scalar_t> p{grad.const_data_ptr<scalar_t>(),
+                                     out.const_data_ptr<scalar_t>(),
+                                     grad_x.mutable_data_ptr<scalar_t>(),
+                                     grad_bias.mutable_data_ptr<scalar_t>(),
+                                     d.outer,
+                                     d.channels,
+                                     d.inner,
+                                     static_cast<scalar_t>(negative_slope),
+                                     static_cast<scalar_t>(scale)};
+    if (out.is_cpu()) {
+      backward_cpu(p);
+      return;
+    }
+#ifdef FLRELU_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(out.device());
+    const cudaError_t err = backward_cuda(p, at::cuda::getCurrentCUDAStream());
+    TORCH_CHECK(err == cudaSuccess, kBackward, ": CUDA launch failed: ", cudaGetErrorString(err));
+#else
+    TORCH_CHECK(false, kBackward, ": built without CUDA, got out on ", out.device());
+#endif
+  });
+  return {grad_x, grad_bias};
+}
+
+at::Tensor fused_forward_meta(const at::Tensor& x, const at::Tensor& bias, double negative_slope,
+                              double scale) {
+  check_forward(x, bias, negative_slope, scale);
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_backward_meta(const at::Tensor& grad,
+                                                       const at::Tensor& out,
+                                                       double negative_slope, double scale) {
+  check_backward(grad, out, negative_slope, scale);
+  return {at::empty_symint(out.sym_sizes(), out.options()),
+          at::empty_symint({out.sym_size(1)}, out.options())};
+}
+
+at::Tensor bias_as_input(const at::Tensor& grad_bias, const at::Tensor& like) {
+  std::vector<c10::SymInt> shape(static_cast<std::size_t>(like.dim()), c10::SymInt(1));
+  shape[1] = grad_bias.sym_size(0);
+  return grad_bias.view_symint(shape);
+}
+
+}  // namespace flrelu
