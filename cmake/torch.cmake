@@ -4,7 +4,13 @@
 # We read the wheel's layout directly instead of find_package(Torch): TorchConfig insists on
 # a CUDA toolkit matching the wheel's, which the CPU-only torch-2.11 leg (a CUDA 12.8 wheel on
 # a CUDA 13.0 machine) does not have.
-set(CUSTOMOP_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+# Under `pip install .` (scikit-build-core) the default is the python running pip.
+if(SKBUILD AND Python_EXECUTABLE)
+  set(_customop_default_python "${Python_EXECUTABLE}")
+else()
+  set(_customop_default_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+endif()
+set(CUSTOMOP_PYTHON "${_customop_default_python}" CACHE FILEPATH
     "Python interpreter whose site-packages hold the pinned torch wheel")
 if(NOT CUSTOMOP_TORCH_ROOT)
   execute_process(
@@ -24,6 +30,29 @@ if(NOT CUSTOMOP_TORCH_ROOT)
   set(CUSTOMOP_TORCH_CXX11_ABI "${_abi}" CACHE STRING "torch._C._GLIBCXX_USE_CXX11_ABI")
 endif()
 message(STATUS "customop: torch ${CUSTOMOP_TORCH_VERSION} at ${CUSTOMOP_TORCH_ROOT}")
+
+# The supported range (README "Supported torch"): the oldest and newest torch the CI legs test.
+# libtorch has no stable C++ ABI and its C++ API changes between releases, so a torch outside
+# the range stops the configure step here with one line, instead of failing in the compiler.
+set(CUSTOMOP_TORCH_MIN_VERSION 2.11)
+set(CUSTOMOP_TORCH_MAX_VERSION 2.15)
+option(CUSTOMOP_ALLOW_UNSUPPORTED_TORCH "Configure against a torch outside the tested range" OFF)
+function(customop_check_torch_version version)
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _minor "${version}")
+  if(NOT _minor OR _minor VERSION_LESS CUSTOMOP_TORCH_MIN_VERSION
+     OR _minor VERSION_GREATER CUSTOMOP_TORCH_MAX_VERSION)
+    string(CONCAT _msg "customop: found torch ${version} (${CUSTOMOP_PYTHON}), but the "
+           "supported range is ${CUSTOMOP_TORCH_MIN_VERSION} to ${CUSTOMOP_TORCH_MAX_VERSION}. "
+           "Point -DCUSTOMOP_PYTHON at a python with a supported torch (or set "
+           "-DCUSTOMOP_ALLOW_UNSUPPORTED_TORCH=ON to try anyway)")
+    if(CUSTOMOP_ALLOW_UNSUPPORTED_TORCH)
+      message(WARNING "${_msg}")
+    else()
+      message(FATAL_ERROR "${_msg}")
+    endif()
+  endif()
+endfunction()
+customop_check_torch_version("${CUSTOMOP_TORCH_VERSION}")
 
 set(_tlib "${CUSTOMOP_TORCH_ROOT}/lib")
 add_library(customop_torch INTERFACE)

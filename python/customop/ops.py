@@ -1,0 +1,35 @@
+"""The built-in ops as Python functions: named arguments, defaults and docstrings from each
+op's schema; a call goes straight to torch.ops.customop.<name> (autograd, torch.compile and
+torch.export see the dispatcher op). Import through `import customop`, which loads the op
+library first."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _schema_py
+
+BUILT_IN_OPS = ("bias_gelu", "clamp_count", "masked_softmax", "max_along", "rms_norm",
+                "weighted_sum")
+
+
+def _wrap(name: str):
+    overload = getattr(torch.ops.customop, name).default
+
+    def op(*args, **kwargs):
+        return overload(*args, **kwargs)
+
+    schema = overload._schema
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = __name__
+    op.__signature__ = _schema_py.signature(schema)
+    op.__doc__ = _schema_py.docstring(name, schema)
+    return op
+
+
+bias_gelu = _wrap("bias_gelu")
+clamp_count = _wrap("clamp_count")
+masked_softmax = _wrap("masked_softmax")
+max_along = _wrap("max_along")
+rms_norm = _wrap("rms_norm")
+weighted_sum = _wrap("weighted_sum")

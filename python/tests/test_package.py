@@ -1,0 +1,91 @@
+"""The installed `customop` Python package (a wheel from `pip install .` / `pip wheel .`, run from
+a fresh venv by ci/matrix's wheel leg): import, the functions' signatures, docstrings and
+stubs, each op called with named arguments and through torch.library.opcheck, and the
+torch-mismatch error."""
+
+import inspect
+import pathlib
+
+import pytest
+import torch
+
+import customop
+from customop import _schema_py, _stubs
+from customop._torch_check import mismatch_message
+
+F64 = torch.float64
+
+
+def _leaf(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=F64).requires_grad_()
+
+
+# One call per built-in op, with named arguments (kwargs as a user writes them).
+CALLS = {
+    "bias_gelu": lambda: dict(input=_leaf(4, 8), bias=_leaf(8, seed=1), approximate="tanh"),
+    "clamp_count": lambda: dict(input=_leaf(7), min=-0.5, max=0.5),
+    "masked_softmax": lambda: dict(input=_leaf(3, 4), mask=torch.rand(3, 4) > 0.3, dim=1),
+    "max_along": lambda: dict(input=_leaf(3, 5), dim=1, keepdim=True),
+    "rms_norm": lambda: dict(input=_leaf(4, 8), weight=_leaf(8, seed=1), eps=1e-5),
+    "weighted_sum": lambda: dict(inputs=[_leaf(2, 3), _leaf(2, 3, seed=1)], weights=[0.5, 2.0]),
+}
+
+
+def test_imports_from_the_installed_wheel_not_the_source_tree():
+    path = pathlib.Path(customop.__file__)
+    assert "site-packages" in path.parts, path
+    assert customop.OPS_LIBRARY.exists()
+    assert customop.__version__ == "0.1.0"
+
+
+def test_the_built_in_ops_are_exactly_the_registered_customop_ops():
+    registered = {s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas()
+                  if s.name.startswith("customop::")}
+    assert registered == set(customop.BUILT_IN_OPS)
+    assert set(CALLS) == set(customop.BUILT_IN_OPS)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_named_arguments_and_defaults_come_from_the_schema(name):
+    fn = getattr(customop, name)
+    schema = getattr(torch.ops.customop, name).default._schema
+    params = inspect.signature(fn).parameters
+    assert list(params) == [a.name for a in schema.arguments]
+    for a in schema.arguments:
+        if a.has_default_value():
+            assert params[a.name].default == a.default_value
+    assert _schema_py.schema_text(schema) in fn.__doc__
+    assert f"customop/ops/{name}.h" in fn.__doc__
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_call_equals_the_dispatcher_op_and_passes_opcheck(name):
+    kwargs = CALLS[name]()
+    got = getattr(customop, name)(**kwargs)
+    want = getattr(torch.ops.customop, name)(**kwargs)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.library.opcheck(getattr(torch.ops.customop, name).default, (), kwargs)
+
+
+def test_bad_arguments_name_the_op():
+    with pytest.raises(RuntimeError, match="customop::rms_norm.*missing value for argument 'weight'"):
+        customop.rms_norm(torch.ones(2, 3))  # weight is required
+    with pytest.raises(RuntimeError, match="rms_norm"):
+        customop.rms_norm(torch.ones(2, 3, dtype=F64), torch.ones(4, dtype=F64))
+
+
+def test_the_committed_stubs_match_the_schemas():
+    stub = pathlib.Path(customop.__file__).with_name("ops.pyi")
+    assert stub.read_text() == _stubs.render(customop.BUILT_IN_OPS), (
+        "ops.pyi is stale: regenerate it with `python -m customop._stubs > python/customop/ops.pyi`")
+
+
+def test_mismatch_message_names_both_versions_and_how_to_rebuild():
+    msg = mismatch_message("customop 0.1.0", "2.15.0+cu132", "13.2", "2.11.0+cu128", "12.8")
+    assert "built against torch 2.15.0+cu132 (CUDA 13.2)" in msg
+    assert "runs torch 2.11.0+cu128 (CUDA 12.8)" in msg
+    assert "pip install --no-build-isolation --force-reinstall" in msg
+    cpu = mismatch_message("customop 0.1.0", "2.15.0", "13.2", "2.15.0+cpu", None)
+    assert "runs torch 2.15.0+cpu (CPU-only)" in cpu
+    assert mismatch_message("x", "2.15.0+cu132", "13.2", "2.15.0", "13.2") is None
