@@ -1,8 +1,8 @@
-# The wheel's contents (scikit-build-core, `pip install .`): the core library and the built-in
-# ops under customop/lib/, next to the Python package (python/customop, copied by
+# The wheel's contents (scikit-build-core, `pip install .`): the core library, the built-in
+# ops and the gradcheck library (with its op for Python) under customop/lib/, next to the Python package (python/customop, copied by
 # scikit-build-core), and customop/_build_info.py recording the torch they were built against.
 # Installed as COMPONENT python only, which is all pyproject.toml asks for.
-foreach(_t customop customop_ops)
+foreach(_t customop customop_ops customop_gradcheck customop_gradcheck_ops)
   # $ORIGIN: each other; $ORIGIN/../../torch/lib: torch's libraries in the same site-packages
   # (import torch has loaded them already; this serves tools like ldd).
   set_target_properties(${_t} PROPERTIES INSTALL_RPATH "$ORIGIN;$ORIGIN/../../torch/lib"

@@ -2,6 +2,7 @@
 
 #include <customop/gradcheck/gradcheck.h>
 #include <customop/gradcheck/runner.h>
+#include <customop/load.h>
 #include <customop/op_core.h>
 
 #include "detail/function.h"
@@ -12,7 +13,6 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
 
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
@@ -58,10 +58,10 @@ bool glob_match(std::string_view pattern, std::string_view name) {
 }
 
 void load_library(const std::string& path) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    TORCH_CHECK_VALUE(false, "cannot load '", path, "': ", why ? why : "unknown dlopen error");
+  try {
+    load_op_library(path);  // refuses a library built against another torch, naming both
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, e.what_without_backtrace());
   }
 }
 

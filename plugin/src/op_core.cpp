@@ -678,7 +678,9 @@ void check_tensor_args_defined(const std::string& name_, const std::vector<ArgSp
 // generated autograd Function has only the VJP, and torch's own error does not name the op.
 void check_no_forward_grad(const std::string& name_, const std::vector<ArgSpec>& args_,
                            const torch::jit::Stack& stack) {
-  if (!torch::autograd::ForwardADLevel::has_any_level()) return;  // no dual level entered
+  // No dual level entered: nothing can carry a tangent. (try_get_by_idx, not has_any_level:
+  // torch 2.11 has only the former.)
+  if (torch::autograd::ForwardADLevel::try_get_by_idx(0) == nullptr) return;
   const size_t n = args_.size();
   for (size_t i = 0; i < n; ++i) {
     const auto& v = stack[stack.size() - n + i];

@@ -10,6 +10,9 @@ signature and docstring come from its schema:
 
 Raises ImportError when the running torch differs from the build's (naming both versions and
 how to rebuild), or when the op library cannot be loaded.
+
+Your own op library (built with customop's CMake package): `customop.load_library(path)` is
+torch.ops.load_library with the same check, from the torch version the library recorded.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pathlib
 import torch
 
 from . import _build_info
-from ._torch_check import check_torch
+from ._torch_check import check_torch, load_library, recorded_torch_version
 
 __version__ = _build_info.VERSION
 LIBRARY_DIR = pathlib.Path(__file__).resolve().parent / "lib"
@@ -31,6 +34,7 @@ try:
 except OSError as e:  # pragma: no cover - the check above catches the usual cause
     raise ImportError(f"customop: cannot load {OPS_LIBRARY}: {e}") from e
 
+from . import gradcheck  # noqa: E402
 from .ops import (  # noqa: E402  (after the library is loaded)
     BUILT_IN_OPS,
     bias_gelu,
@@ -43,6 +47,9 @@ from .ops import (  # noqa: E402  (after the library is loaded)
 
 __all__ = [
     "BUILT_IN_OPS",
+    "gradcheck",
+    "load_library",
+    "recorded_torch_version",
     "bias_gelu",
     "clamp_count",
     "masked_softmax",

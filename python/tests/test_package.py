@@ -89,3 +89,88 @@ def test_mismatch_message_names_both_versions_and_how_to_rebuild():
     cpu = mismatch_message("customop 0.1.0", "2.15.0", "13.2", "2.15.0+cpu", None)
     assert "runs torch 2.15.0+cpu (CPU-only)" in cpu
     assert mismatch_message("x", "2.15.0+cu132", "13.2", "2.15.0", "13.2") is None
+
+
+def test_the_op_library_records_the_torch_it_was_built_against():
+    assert customop.recorded_torch_version(customop.OPS_LIBRARY) == torch.__version__.split("+")[0]
+    assert customop.recorded_torch_version(__file__) is None  # not an ELF file
+
+
+def test_load_library_refuses_a_library_built_against_another_torch(monkeypatch, tmp_path):
+    # A copy, so that nothing is loaded twice if the check were to let it through.
+    lib = tmp_path / "libcopy.so"
+    lib.write_bytes(customop.OPS_LIBRARY.read_bytes())
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu128")
+    with pytest.raises(ImportError) as e:
+        customop.load_library(lib)
+    built = customop._build_info.TORCH_VERSION.split("+")[0]
+    assert f"the op library {lib} was built against torch {built}" in str(e.value)
+    assert "runs torch 2.11.0+cu128" in str(e.value)
+
+
+# ---- customop.gradcheck on ops defined in Python (torch.library.custom_op) --------------------
+
+def _define_cube(name, factor):
+    """x**3 with backward 3 x^2 * factor (factor 1: correct; else a planted bug)."""
+
+    @torch.library.custom_op(f"customop_pkg_test::{name}", mutates_args=())
+    def cube(x: torch.Tensor) -> torch.Tensor:
+        return x * x * x
+
+    @cube.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x * x * factor
+
+    cube.register_autograd(backward, setup_context=setup_context)
+    return cube
+
+
+CUBE = _define_cube("cube", 1.0)
+CUBE_BUGGY = _define_cube("cube_buggy", 1.01)  # 1 % too large: a wrong constant
+
+
+def _cube_samples():
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(5, generator=g, dtype=F64).requires_grad_(),),
+            (torch.randn(3, 4, generator=g, dtype=F64).t().requires_grad_(),)]  # non-contiguous
+
+
+def test_gradcheck_passes_a_correct_python_op_and_returns_the_cli_report():
+    reports = customop.gradcheck.check(CUBE, _cube_samples())
+    assert [r["passed"] for r in reports] == [True, True]
+    r = reports[0]
+    assert r["op"] == "customop_pkg_test::cube" and r["dtype"] == "float64"
+    assert r["inputs"] == ["x"] and r["mode"] == "slow"
+    customop.gradcheck.assert_gradcheck(torch.ops.customop_pkg_test.cube, _cube_samples(),
+                                        mode="fast")
+
+
+def test_gradcheck_catches_the_planted_backward_bug_naming_the_argument_and_element():
+    reports = customop.gradcheck.check("customop_pkg_test::cube_buggy", _cube_samples())
+    assert [r["passed"] for r in reports] == [False, False]
+    text = customop.gradcheck.format_failure(reports[0])
+    assert "Jacobian mismatch for output 0 with respect to input 0 ('x')" in text
+    assert "numerical" in text and "analytical" in text
+    pair = reports[0]["pairs"][0]
+    assert pair["input_name"] == "x" and not pair["passed"]
+    assert pair["worst"]["analytical"] == pytest.approx(pair["worst"]["numerical"] * 1.01, rel=1e-6)
+    with pytest.raises(AssertionError, match="with respect to input 0 \\('x'\\)"):
+        customop.gradcheck.assert_gradcheck(CUBE_BUGGY, _cube_samples())
+
+
+def test_gradcheck_runs_on_customops_own_ops_and_refuses_bad_samples():
+    x = torch.randn(4, 8, dtype=F64).requires_grad_()
+    w = (torch.rand(8, dtype=F64) + 0.5).requires_grad_()
+    (report,) = customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6)])
+    assert report["passed"], customop.gradcheck.format_failure(report)
+    with pytest.raises(ValueError, match="expected 3 arguments"):
+        customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w)])
+    with pytest.raises(ValueError, match="unknown option 'tolerance'"):
+        customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6)], tolerance=1)

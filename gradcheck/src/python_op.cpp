@@ -1,0 +1,161 @@
+// customop_gradcheck::check: the gradcheck library as a dispatcher op, so that Python
+// (customop.gradcheck.check) runs it on any dispatcher op, including ops defined in Python with
+// torch.library.custom_op. Loaded by the Python package (libcustomop_gradcheck_ops.so).
+//
+//   customop_gradcheck::check(str op, Tensor[] tensors, str args, str options) -> str
+//
+// op: "ns::name" or "ns::name.overload". args: a JSON list with one entry per schema argument:
+// {"tensor": k} (tensors[k]), {"tensors": [k, ...]} (a Tensor[]), null (None), or a literal
+// (number, bool, string, list of numbers or bools). options: a JSON object of GradcheckOptions
+// fields (mode "slow"/"fast", eps, atol, rtol, nondet_tol, seed, check_* flags,
+// max_jacobian_entries, label). Returns the report as JSON (report.h, to_json).
+// Throws c10::ValueError naming the op and the argument when args or options do not fit.
+
+#include <customop/gradcheck/gradcheck.h>
+#include <customop/gradcheck/report.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <nlohmann/json.hpp>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+namespace customop::gradcheck {
+namespace {
+
+using json = nlohmann::json;
+
+c10::IValue literal(const json& j, const c10::TypePtr& type, const std::string& where) {
+  if (j.is_null()) return {};
+  c10::TypePtr t = type;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  try {
+    switch (t->kind()) {
+      case c10::TypeKind::IntType: return j.get<int64_t>();
+      case c10::TypeKind::FloatType: return j.get<double>();
+      case c10::TypeKind::BoolType: return j.get<bool>();
+      case c10::TypeKind::StringType: return j.get<std::string>();
+      case c10::TypeKind::NumberType:
+        return j.is_number_integer() ? c10::IValue(j.get<int64_t>()) : c10::IValue(j.get<double>());
+      case c10::TypeKind::ListType: {
+        const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
+        if (elem == c10::TypeKind::IntType) return j.get<std::vector<int64_t>>();
+        if (elem == c10::TypeKind::FloatType) return j.get<std::vector<double>>();
+        if (elem == c10::TypeKind::BoolType) {
+          c10::List<bool> list;
+          for (const auto& b : j) list.push_back(b.get<bool>());
+          return list;
+        }
+        break;
+      }
+      default: break;
+    }
+  } catch (const json::exception&) {
+    // fall through to the error below
+  }
+  TORCH_CHECK_VALUE(false, where, ": expected a value of type ", type->str(), ", got ", j.dump());
+}
+
+c10::IValue argument(const json& j, const c10::Argument& a, const std::vector<at::Tensor>& tensors,
+                     const std::string& op) {
+  const std::string where = "customop.gradcheck.check(" + op + "): argument '" + a.name() + "'";
+  auto tensor_at = [&](const json& k) {
+    TORCH_CHECK_VALUE(k.is_number_integer() && k.get<int64_t>() >= 0 &&
+                          k.get<std::size_t>() < tensors.size(),
+                      where, ": tensor index ", k.dump(), " out of range (", tensors.size(),
+                      " tensors)");
+    return tensors[k.get<std::size_t>()];
+  };
+  if (j.is_object() && j.contains("tensor")) return tensor_at(j["tensor"]);
+  if (j.is_object() && j.contains("tensors")) {
+    std::vector<at::Tensor> list;
+    for (const auto& k : j["tensors"]) list.push_back(tensor_at(k));
+    return list;
+  }
+  return literal(j, a.type(), where);
+}
+
+GradcheckOptions options_from_json(const std::string& text, const std::string& op) {
+  GradcheckOptions o;
+  const json j = json::parse(text);
+  for (const auto& [key, v] : j.items()) {
+    const auto flag = [&](bool& field) { field = v.get<bool>(); };
+    if (key == "mode") {
+      const auto m = v.get<std::string>();
+      TORCH_CHECK_VALUE(m == "slow" || m == "fast", "customop.gradcheck.check(", op,
+                        "): mode must be \"slow\" or \"fast\", got \"", m, "\"");
+      o.mode = m == "fast" ? Mode::kFast : Mode::kSlow;
+    } else if (key == "eps") {
+      o.eps = v.get<double>();
+    } else if (key == "atol") {
+      o.atol = v.get<double>();
+    } else if (key == "rtol") {
+      o.rtol = v.get<double>();
+    } else if (key == "nondet_tol") {
+      o.nondet_tol = v.get<double>();
+    } else if (key == "seed") {
+      o.seed = v.get<std::uint64_t>();
+    } else if (key == "check_undefined_grad") {
+      flag(o.check_undefined_grad);
+    } else if (key == "check_grad_output_scaling") {
+      flag(o.check_grad_output_scaling);
+    } else if (key == "check_grad_metadata") {
+      flag(o.check_grad_metadata);
+    } else if (key == "check_forward_grad_mode") {
+      flag(o.check_forward_grad_mode);
+    } else if (key == "detect_nondifferentiable") {
+      flag(o.detect_nondifferentiable);
+    } else if (key == "check_cuda_against_cpu") {
+      flag(o.check_cuda_against_cpu);
+    } else if (key == "check_second_order") {
+      flag(o.check_second_order);
+    } else if (key == "check_fake_kernel") {
+      flag(o.check_fake_kernel);
+    } else if (key == "max_jacobian_entries") {
+      o.max_jacobian_entries = v.get<std::int64_t>();
+    } else if (key == "label") {
+      o.label = v.get<std::string>();
+    } else {
+      TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): unknown option '", key,
+                        "'");
+    }
+  }
+  o.raise_exception = false;
+  return o;
+}
+
+std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tensors,
+                  c10::string_view args_view, c10::string_view options_view) {
+  const std::string op(op_view);
+  const auto dot = op.find('.');
+  const std::string name = op.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK_VALUE(handle.has_value(), "customop.gradcheck.check: no op '", op,
+                    "' is registered with the dispatcher");
+  const auto& schema = handle->schema();
+  json args;
+  try {
+    args = json::parse(std::string(args_view));
+    GradcheckOptions options = options_from_json(std::string(options_view), op);
+    TORCH_CHECK_VALUE(args.is_array() && args.size() == schema.arguments().size(),
+                      "customop.gradcheck.check(", op, "): expected ",
+                      schema.arguments().size(), " arguments (", schema, "), got ", args.size());
+    torch::jit::Stack stack;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      stack.push_back(argument(args[i], schema.arguments()[i], tensors, op));
+    }
+    return to_json(gradcheck(*handle, stack, options));
+  } catch (const json::exception& e) {
+    TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): ", e.what());
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(customop_gradcheck, m) {
+  m.def("check(str op, Tensor[] tensors, str args, str options) -> str", &check);
+}
+
+}  // namespace customop::gradcheck
