@@ -65,9 +65,9 @@ struct ForwardFunction : torch::autograd::Function<ForwardFunction> {
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto [grad_x, grad_bias] = call_backward_op(
-        grads[0], ctx->get_saved_variables()[0], ctx->saved_data["negative_slope"].toDouble(),
-        ctx->saved_data["scale"].toDouble());
+    auto [grad_x, grad_bias] = call_backward_op(grads[0], ctx->get_saved_variables()[0],
+                                                ctx->saved_data["negative_slope"].toDouble(),
+                                                ctx->saved_data["scale"].toDouble());
     return {grad_x, grad_bias, at::Tensor(), at::Tensor()};
   }
 };

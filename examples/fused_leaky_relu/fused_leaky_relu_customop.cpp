@@ -8,16 +8,15 @@
 namespace flrelu {
 
 customop::Op<Args>& fused_bias_leaky_relu_op() {
-  static auto& op = []() -> auto& {
+  static customop::Op<Args>& op = []() -> customop::Op<Args>& {
     auto& fwd = customop::define<Args>("flrelu::fused_bias_leaky_relu");
     auto forward = [](const Args& a) {
       return fused_forward(a.x, a.bias, a.negative_slope, a.scale);
     };
     fwd.impl(c10::DeviceType::CPU, forward);
     fwd.impl(c10::DeviceType::CUDA, forward);
-    fwd.impl_fake([](const Args& a) {
-      return fused_forward_meta(a.x, a.bias, a.negative_slope, a.scale);
-    });
+    fwd.impl_fake(
+        [](const Args& a) { return fused_forward_meta(a.x, a.bias, a.negative_slope, a.scale); });
     auto& bwd = fwd.define_backward<BackwardArgs>([](const Args& a, const at::Tensor& out) {
       return BackwardArgs{.out = out, .negative_slope = a.negative_slope, .scale = a.scale};
     });

@@ -66,8 +66,8 @@ Dims dims_of(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor fused_forward(const at::Tensor& x_in, const at::Tensor& bias_in,
-                         double negative_slope, double scale) {
+at::Tensor fused_forward(const at::Tensor& x_in, const at::Tensor& bias_in, double negative_slope,
+                         double scale) {
   check_forward(x_in, bias_in, negative_slope, scale);
   const at::Tensor x = x_in.contiguous();
   const at::Tensor bias = bias_in.contiguous();
@@ -140,8 +140,8 @@ at::Tensor fused_forward_meta(const at::Tensor& x, const at::Tensor& bias, doubl
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_backward_meta(const at::Tensor& grad,
-                                                       const at::Tensor& out,
-                                                       double negative_slope, double scale) {
+                                                       const at::Tensor& out, double negative_slope,
+                                                       double scale) {
   check_backward(grad, out, negative_slope, scale);
   return {at::empty_symint(out.sym_sizes(), out.options()),
           at::empty_symint({out.sym_size(1)}, out.options())};

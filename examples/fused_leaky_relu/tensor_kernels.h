@@ -33,8 +33,8 @@ std::tuple<at::Tensor, at::Tensor> fused_backward(const at::Tensor& grad, const 
 at::Tensor fused_forward_meta(const at::Tensor& x, const at::Tensor& bias, double negative_slope,
                               double scale);
 std::tuple<at::Tensor, at::Tensor> fused_backward_meta(const at::Tensor& grad,
-                                                       const at::Tensor& out,
-                                                       double negative_slope, double scale);
+                                                       const at::Tensor& out, double negative_slope,
+                                                       double scale);
 
 /// A grad of the bias, [C], as a [1, C, 1, ...] tensor that broadcasts against `like` ([N, C,
 /// *]): the double backward adds it to the grad of grad_x.

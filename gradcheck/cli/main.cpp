@@ -25,6 +25,7 @@ namespace gc = customop::gradcheck;
 constexpr int kPassed = 0;
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
+constexpr int kNothingChecked = 4;  // every case skipped: no GPU for --device cuda, no samples
 
 int usage_error(const std::string& what) {
   std::cerr << "customop-gradcheck: " << what << "\n";
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
       "--load'ed libraries) x device x dtype x registered sample."};
   app.footer(
       "Exit status: 0 every check passed (skips allowed), 1 a check failed or an op raised, "
-      "2 usage or bad input.\nInput spec format (--samples): see customop/gradcheck/runner.h, "
+      "2 usage or bad input, 4 nothing was checked (every case skipped, e.g. --device cuda "
+      "without a GPU).\nInput spec format (--samples): see customop/gradcheck/runner.h, "
       "load_spec_file.");
   bool list = false;
   std::string op_glob = "*";
@@ -261,5 +263,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return usage_error(first_line(e));
   }
-  return summary.ok() ? kPassed : kFailed;
+  if (!summary.ok()) return kFailed;
+  if (!summary.cases.empty() && summary.count(gc::CaseStatus::kPassed) == 0) {
+    std::cout << "customop-gradcheck: nothing was checked: all " << summary.cases.size()
+              << " cases were skipped (see the reasons above); exit " << kNothingChecked << "\n";
+    return kNothingChecked;
+  }
+  return kPassed;
 }

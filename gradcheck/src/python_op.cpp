@@ -61,10 +61,9 @@ c10::IValue argument(const json& j, const c10::Argument& a, const std::vector<at
                      const std::string& op) {
   const std::string where = "customop.gradcheck.check(" + op + "): argument '" + a.name() + "'";
   auto tensor_at = [&](const json& k) {
-    TORCH_CHECK_VALUE(k.is_number_integer() && k.get<int64_t>() >= 0 &&
-                          k.get<std::size_t>() < tensors.size(),
-                      where, ": tensor index ", k.dump(), " out of range (", tensors.size(),
-                      " tensors)");
+    TORCH_CHECK_VALUE(
+        k.is_number_integer() && k.get<int64_t>() >= 0 && k.get<std::size_t>() < tensors.size(),
+        where, ": tensor index ", k.dump(), " out of range (", tensors.size(), " tensors)");
     return tensors[k.get<std::size_t>()];
   };
   if (j.is_object() && j.contains("tensor")) return tensor_at(j["tensor"]);
@@ -79,7 +78,9 @@ c10::IValue argument(const json& j, const c10::Argument& a, const std::vector<at
 GradcheckOptions options_from_json(const std::string& text, const std::string& op) {
   GradcheckOptions o;
   const json j = json::parse(text);
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const json& v = item.value();
     const auto flag = [&](bool& field) { field = v.get<bool>(); };
     if (key == "mode") {
       const auto m = v.get<std::string>();
@@ -117,8 +118,7 @@ GradcheckOptions options_from_json(const std::string& text, const std::string& o
     } else if (key == "label") {
       o.label = v.get<std::string>();
     } else {
-      TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): unknown option '", key,
-                        "'");
+      TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): unknown option '", key, "'");
     }
   }
   o.raise_exception = false;
@@ -140,8 +140,8 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
     args = json::parse(std::string(args_view));
     GradcheckOptions options = options_from_json(std::string(options_view), op);
     TORCH_CHECK_VALUE(args.is_array() && args.size() == schema.arguments().size(),
-                      "customop.gradcheck.check(", op, "): expected ",
-                      schema.arguments().size(), " arguments (", schema, "), got ", args.size());
+                      "customop.gradcheck.check(", op, "): expected ", schema.arguments().size(),
+                      " arguments (", schema, "), got ", args.size());
     torch::jit::Stack stack;
     for (std::size_t i = 0; i < args.size(); ++i) {
       stack.push_back(argument(args[i], schema.arguments()[i], tensors, op));

@@ -13,7 +13,6 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
 
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>

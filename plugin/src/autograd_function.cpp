@@ -74,8 +74,10 @@ struct GeneratedFunction : torch::autograd::Function<GeneratedFunction> {
 
 void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const std::size_t n = args_.size();
-  ForwardCall call{this, ks, stack, torch::jit::Stack(stack->end() - static_cast<std::ptrdiff_t>(n),
-                                                      stack->end()),
+  ForwardCall call{this,
+                   ks,
+                   stack,
+                   torch::jit::Stack(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end()),
                    {}};
   collect_args_info(*stack, call.info);
   // The Function's inputs: every tensor of the args, in schema order.

@@ -57,7 +57,11 @@ std::optional<std::string> recorded_torch_version(const std::string& path) {
   std::array<unsigned char, 6> ident{};
   if (!in.read(reinterpret_cast<char*>(ident.data()), ident.size())) return std::nullopt;
   // ELF magic, 64-bit (class 2), little-endian (data 1): the only layout torch ships for.
-  if (std::memcmp(ident.data(), "\x7f" "ELF", 4) != 0 || ident[4] != 2 || ident[5] != 1) {
+  if (std::memcmp(ident.data(),
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      ident[4] != 2 || ident[5] != 1) {
     return std::nullopt;
   }
   std::uint64_t shoff = 0;
@@ -82,8 +86,7 @@ std::optional<std::string> recorded_torch_version(const std::string& path) {
 void load_op_library(const std::string& path) {
   const std::optional<std::string> built = recorded_torch_version(path);
   TORCH_CHECK(!built || *built == TORCH_VERSION, "customop: the op library '", path,
-              "' was built against torch ", *built, ", but this program runs torch ",
-              TORCH_VERSION,
+              "' was built against torch ", *built, ", but this program runs torch ", TORCH_VERSION,
               ". libtorch has no stable C++ ABI, so it cannot load into another torch: rebuild "
               "it against torch ",
               TORCH_VERSION, " (-DCUSTOMOP_PYTHON=<python with that torch>)");
@@ -91,7 +94,8 @@ void load_op_library(const std::string& path) {
     const char* why = dlerror();
     TORCH_CHECK(false, "customop: cannot load the op library '", path,
                 "': ", why != nullptr ? why : "unknown dlopen error",
-                built ? " (built against torch " + *built + ")" : std::string(" (no torch version recorded)"));
+                built ? " (built against torch " + *built + ")"
+                      : std::string(" (no torch version recorded)"));
   }
 }
 

@@ -151,9 +151,8 @@ customop::Op<AffineArgs>& affine_op() {
     });
     auto& b = o.define_backward<AffineBackwardArgs>([](const AffineArgs& a, const at::Tensor&) {
       const bool has_bias = a.bias.has_value() && a.bias->defined();
-      return AffineBackwardArgs{.alpha = a.alpha,
-                                .has_bias = has_bias,
-                                .bias_size = has_bias ? a.bias->size(0) : 0};
+      return AffineBackwardArgs{
+          .alpha = a.alpha, .has_bias = has_bias, .bias_size = has_bias ? a.bias->size(0) : 0};
     });
     b.impl(c10::DeviceType::CPU, [](const AffineBackwardArgs& in) -> Pair {
       // An undefined Tensor: no grad (None), as the None bias requires.

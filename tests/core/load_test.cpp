@@ -34,8 +34,8 @@ std::string read_file(const std::string& path) {
 }
 
 std::filesystem::path temp_file(const std::string& name, const std::string& bytes) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    (name + "_" + std::to_string(::getpid()));
+  const auto path =
+      std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
 }
@@ -57,10 +57,11 @@ TEST(LoadOpLibrary, ALibraryBuiltAgainstAnotherTorchIsRefusedNamingBothVersions)
   bytes.replace(at, stamp.size(), other);
   const auto path = temp_file("libcustomop_other_torch.so", bytes);
   EXPECT_EQ(customop::recorded_torch_version(path.string()), "9.9.9");
-  EXPECT_THAT(error_message([&] { customop::load_op_library(path.string()); }),
-              AllOf(HasSubstr("the op library '" + path.string() + "' was built against torch 9.9.9"),
-                    HasSubstr(std::string("this program runs torch ") + customop::torch_version()),
-                    HasSubstr("rebuild it against torch")));
+  EXPECT_THAT(
+      error_message([&] { customop::load_op_library(path.string()); }),
+      AllOf(HasSubstr("the op library '" + path.string() + "' was built against torch 9.9.9"),
+            HasSubstr(std::string("this program runs torch ") + customop::torch_version()),
+            HasSubstr("rebuild it against torch")));
   std::filesystem::remove(path);
 }
 

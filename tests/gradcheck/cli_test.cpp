@@ -181,6 +181,17 @@ TEST(Cli, OpPicksTheSamplesCases) {
   EXPECT_THAT(r.out, HasSubstr("names an op matching 'customop::*'"));
 }
 
+TEST(Cli, EveryCaseSkippedIsNotASuccess) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present: --device cuda checks";
+  const CliRun r = cli("--op 'customop::rms_norm' --device cuda");
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("cuda: no GPU, skipped"));
+  EXPECT_THAT(r.out, HasSubstr("nothing was checked: all 1 cases were skipped"));
+  // One case checked is a success even when others are skipped.
+  const CliRun some = cli("--op 'customop::rms_norm' --device all --dtype float64");
+  EXPECT_EQ(some.code, 0) << some.out;
+}
+
 TEST(Cli, JsonWriteFailureIsReported) {
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   const CliRun r = cli("--op customop::rms_norm --device cpu --dtype float64 --json /dev/full");
