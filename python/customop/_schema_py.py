@@ -67,19 +67,21 @@ def schema_type_text(text: str) -> str:
     return text
 
 
+def spell_arguments(schema, spell) -> list[str]:
+    """spell(arg) for each argument, with "*" before the first keyword-only one."""
+    out = []
+    for a in schema.arguments:
+        if a.kwarg_only and "*" not in out:
+            out.append("*")
+        out.append(spell(a))
+    return out
+
+
 def schema_text(schema) -> str:
     """The schema with defaults spelled as written (float eps=1e-06), as `customop-gradcheck
     --list` prints it."""
-    args = []
-    star = False
-    for a in schema.arguments:
-        if a.kwarg_only and not star:
-            args.append("*")
-            star = True
-        text = f"{schema_type(a.type)} {a.name}"
-        if a.has_default_value():
-            text += "=" + _schema_default(a)
-        args.append(text)
+    args = spell_arguments(schema, lambda a: f"{schema_type(a.type)} {a.name}" + (
+        "=" + _schema_default(a) if a.has_default_value() else ""))
     rets = [f"{schema_type(r.type)} {r.name}" if r.name else schema_type(r.type)
             for r in schema.returns]
     ret = rets[0] if len(rets) == 1 and not schema.returns[0].name else "(" + ", ".join(rets) + ")"

@@ -19,16 +19,8 @@ def render(names) -> str:
     ]
     for name in names:
         schema = getattr(torch.ops.customop, name).default._schema
-        params = []
-        star = False
-        for a in schema.arguments:
-            if a.kwarg_only and not star:
-                params.append("*")
-                star = True
-            text = f"{a.name}: {_schema_py.annotation(a.type)}"
-            if a.has_default_value():
-                text += f" = {_schema_py.default_repr(a)}"
-            params.append(text)
+        params = _schema_py.spell_arguments(schema, lambda a: f"{a.name}: {_schema_py.annotation(a.type)}" + (
+            f" = {_schema_py.default_repr(a)}" if a.has_default_value() else ""))
         out.append(f"def {name}({', '.join(params)}) -> {_schema_py.returns_annotation(schema)}:")
         out.append(f'    """{_schema_py.schema_text(schema)}"""')
         out.append("")
