@@ -64,6 +64,43 @@ Dims dims_of(const at::Tensor& t) {
   return {t.size(0), t.size(1), inner};
 }
 
+// The kernel for a params struct, by overload.
+template <class T>
+void run_cpu(const ForwardParams<T>& p) {
+  forward_cpu(p);
+}
+template <class T>
+void run_cpu(const BackwardParams<T>& p) {
+  backward_cpu(p);
+}
+#ifdef FLRELU_WITH_CUDA
+template <class T>
+cudaError_t run_cuda(const ForwardParams<T>& p, cudaStream_t stream) {
+  return forward_cuda(p, stream);
+}
+template <class T>
+cudaError_t run_cuda(const BackwardParams<T>& p, cudaStream_t stream) {
+  return backward_cuda(p, stream);
+}
+#endif
+
+// Runs the CPU kernel of `p` on CPU tensors and its CUDA kernel (on `device`'s current stream)
+// on CUDA ones; `op` names the op in the errors.
+template <class Params>
+void launch(const char* op, c10::Device device, const Params& p) {
+  if (device.is_cpu()) {
+    run_cpu(p);
+    return;
+  }
+#ifdef FLRELU_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(device);
+  const cudaError_t err = run_cuda(p, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA launch failed: ", cudaGetErrorString(err));
+#else
+  TORCH_CHECK(false, op, ": built without CUDA, got a tensor on ", device);
+#endif
+}
+
 }  // namespace
 
 at::Tensor fused_forward(const at::Tensor& x_in, const at::Tensor& bias_in, double negative_slope,
@@ -82,17 +119,7 @@ at::Tensor fused_forward(const at::Tensor& x_in, const at::Tensor& bias_in, doub
                                     d.inner,
                                     static_cast<scalar_t>(negative_slope),
                                     static_cast<scalar_t>(scale)};
-    if (x.is_cpu()) {
-      forward_cpu(p);
-      return;
-    }
-#ifdef FLRELU_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(x.device());
-    const cudaError_t err = forward_cuda(p, at::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(err == cudaSuccess, kForward, ": CUDA launch failed: ", cudaGetErrorString(err));
-#else
-    TORCH_CHECK(false, kForward, ": built without CUDA, got x on ", x.device());
-#endif
+    launch(kForward, x.device(), p);
   });
   return out;
 }
@@ -118,17 +145,7 @@ std::tuple<at::Tensor, at::Tensor> fused_backward(const at::Tensor& grad_in,
                                      d.inner,
                                      static_cast<scalar_t>(negative_slope),
                                      static_cast<scalar_t>(scale)};
-    if (out.is_cpu()) {
-      backward_cpu(p);
-      return;
-    }
-#ifdef FLRELU_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(out.device());
-    const cudaError_t err = backward_cuda(p, at::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(err == cudaSuccess, kBackward, ": CUDA launch failed: ", cudaGetErrorString(err));
-#else
-    TORCH_CHECK(false, kBackward, ": built without CUDA, got out on ", out.device());
-#endif
+    launch(kBackward, out.device(), p);
   });
   return {grad_x, grad_bias};
 }

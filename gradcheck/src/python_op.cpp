@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/library.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,14 +76,27 @@ c10::IValue argument(const json& j, const c10::Argument& a, const std::vector<at
   return literal(j, a.type(), where);
 }
 
+// The boolean GradcheckOptions fields, by their option name.
+const std::map<std::string, bool GradcheckOptions::*> kFlags = {
+    {"check_undefined_grad", &GradcheckOptions::check_undefined_grad},
+    {"check_grad_output_scaling", &GradcheckOptions::check_grad_output_scaling},
+    {"check_grad_metadata", &GradcheckOptions::check_grad_metadata},
+    {"check_forward_grad_mode", &GradcheckOptions::check_forward_grad_mode},
+    {"detect_nondifferentiable", &GradcheckOptions::detect_nondifferentiable},
+    {"check_cuda_against_cpu", &GradcheckOptions::check_cuda_against_cpu},
+    {"check_second_order", &GradcheckOptions::check_second_order},
+    {"check_fake_kernel", &GradcheckOptions::check_fake_kernel},
+};
+
 GradcheckOptions options_from_json(const std::string& text, const std::string& op) {
   GradcheckOptions o;
   const json j = json::parse(text);
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     const json& v = item.value();
-    const auto flag = [&](bool& field) { field = v.get<bool>(); };
-    if (key == "mode") {
+    if (auto f = kFlags.find(key); f != kFlags.end()) {
+      o.*(f->second) = v.get<bool>();
+    } else if (key == "mode") {
       const auto m = v.get<std::string>();
       TORCH_CHECK_VALUE(m == "slow" || m == "fast", "customop.gradcheck.check(", op,
                         "): mode must be \"slow\" or \"fast\", got \"", m, "\"");
@@ -97,22 +111,6 @@ GradcheckOptions options_from_json(const std::string& text, const std::string& o
       o.nondet_tol = v.get<double>();
     } else if (key == "seed") {
       o.seed = v.get<std::uint64_t>();
-    } else if (key == "check_undefined_grad") {
-      flag(o.check_undefined_grad);
-    } else if (key == "check_grad_output_scaling") {
-      flag(o.check_grad_output_scaling);
-    } else if (key == "check_grad_metadata") {
-      flag(o.check_grad_metadata);
-    } else if (key == "check_forward_grad_mode") {
-      flag(o.check_forward_grad_mode);
-    } else if (key == "detect_nondifferentiable") {
-      flag(o.detect_nondifferentiable);
-    } else if (key == "check_cuda_against_cpu") {
-      flag(o.check_cuda_against_cpu);
-    } else if (key == "check_second_order") {
-      flag(o.check_second_order);
-    } else if (key == "check_fake_kernel") {
-      flag(o.check_fake_kernel);
     } else if (key == "max_jacobian_entries") {
       o.max_jacobian_entries = v.get<std::int64_t>();
     } else if (key == "label") {

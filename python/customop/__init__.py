@@ -29,10 +29,7 @@ LIBRARY_DIR = pathlib.Path(__file__).resolve().parent / "lib"
 OPS_LIBRARY = LIBRARY_DIR / "libcustomop_ops.so"
 
 check_torch(_build_info.TORCH_VERSION, _build_info.TORCH_CUDA, what="customop " + __version__)
-try:
-    torch.ops.load_library(str(OPS_LIBRARY))
-except OSError as e:  # pragma: no cover - the check above catches the usual cause
-    raise ImportError(f"customop: cannot load {OPS_LIBRARY}: {e}") from e
+load_library(OPS_LIBRARY)  # ImportError naming the library if it cannot load
 
 from . import gradcheck  # noqa: E402
 from .ops import (  # noqa: E402  (after the library is loaded)
