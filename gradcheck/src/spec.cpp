@@ -10,6 +10,8 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -24,6 +26,7 @@ using nlohmann::json;
 /// A tensor argument as the spec describes it.
 struct TensorSpec {
   std::vector<int64_t> shape;
+  int64_t numel = 1;  // <= kMaxSpecElements
   std::optional<c10::ScalarType> dtype;
   std::optional<bool> requires_grad;
   std::string init = "randn";
@@ -45,6 +48,28 @@ struct SpecError : std::runtime_error {
 };
 
 [[noreturn]] void bad(const std::string& what) { throw SpecError(what); }
+
+// Messages quote the spec's own strings (keys, op names, init names); their control characters
+// are escaped here so that an error stays on one line, as load_spec_text promises.
+std::string one_line(std::string_view what) {
+  std::string out;
+  for (const char c : what) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 std::optional<c10::ScalarType> parse_dtype(const std::string& s) {
   static const std::pair<const char*, c10::ScalarType> kNames[] = {
@@ -76,8 +101,26 @@ TensorSpec parse_tensor(const json& j) {
     if (key == "shape") {
       if (!v.is_array()) bad("\"shape\" must be a list of sizes, e.g. [3, 4]");
       for (const auto& d : v) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) bad("\"shape\" must hold sizes >= 0");
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+          bad("\"shape\" must hold integer sizes >= 0, but got " + v.dump());
+        }
         t.shape.push_back(d.get<int64_t>());
+      }
+      // NB: checked before anything is allocated (parse_case builds every case once), in an
+      // order that cannot overflow: every size is <= the limit, and the running product of
+      // non-zero sizes only grows, so it stops at the first step past the limit.
+      const bool empty = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
+      t.numel = empty ? 0 : 1;
+      const std::string limit =
+          std::to_string(kMaxSpecElements) + " elements a spec case may hold (kMaxSpecElements)";
+      for (const int64_t d : t.shape) {
+        if (d > kMaxSpecElements) {
+          bad("\"shape\" " + v.dump() + " has the size " + std::to_string(d) + ", more than the " +
+              limit);
+        }
+        if (!empty && (t.numel *= d) > kMaxSpecElements) {
+          bad("\"shape\" " + v.dump() + " has more than the " + limit);
+        }
       }
     } else if (key == "dtype") {
       if (!v.is_string() || !parse_dtype(v.get<std::string>())) {
@@ -110,13 +153,16 @@ TensorSpec parse_tensor(const json& j) {
     }
   }
   if (!j.contains("shape")) bad("a \"tensor\" needs a \"shape\"");
-  if (t.values) {
-    int64_t n = 1;
-    for (auto d : t.shape) n *= d;
-    if (static_cast<int64_t>(t.values->size()) != n) {
-      bad("\"values\" holds " + std::to_string(t.values->size()) + " numbers but the shape " +
-          detail::format_sizes(t.shape) + " needs " + std::to_string(n));
-    }
+  if (!(t.low < t.high) || !std::isfinite(t.low) || !std::isfinite(t.high)) {
+    std::ostringstream got;
+    got << "low " << t.low << " and high " << t.high;
+    bad("\"low\" and \"high\" (the bounds of \"uniform\") must be finite with low < high, "
+        "but got " +
+        got.str());
+  }
+  if (t.values && static_cast<int64_t>(t.values->size()) != t.numel) {
+    bad("\"values\" holds " + std::to_string(t.values->size()) + " numbers but the shape " +
+        detail::format_sizes(t.shape) + " needs " + std::to_string(t.numel));
   }
   return t;
 }
@@ -257,10 +303,18 @@ ArgRecipe parse_arg(const json& v, const c10::Argument& a) {
   if (!is_tensor_list && v.is_object() && v.contains("tensors")) {
     bad(what + ": a tensor list ({\"tensors\": ...}) was given for a non-Tensor[] argument");
   }
+  // A tensor's own errors name the argument too.
+  const auto tensor = [&](const json& j) {
+    try {
+      return parse_tensor(j);
+    } catch (const SpecError& e) {
+      bad("argument '" + a.name() + "': " + e.what());
+    }
+  };
   if (v.is_object() && v.contains("tensor")) {
     if (v.size() != 1) bad("argument '" + a.name() + "': {\"tensor\": {...}} takes no other keys");
     r.kind = ArgRecipe::kTensor;
-    r.tensor = parse_tensor(v["tensor"]);
+    r.tensor = tensor(v["tensor"]);
     return r;
   }
   if (v.is_object() && v.contains("tensors")) {
@@ -270,7 +324,7 @@ ArgRecipe parse_arg(const json& v, const c10::Argument& a) {
       if (!t.is_object() || !t.contains("tensor")) {
         bad("argument '" + a.name() + "': each element of \"tensors\" is {\"tensor\": {...}}");
       }
-      r.tensors.push_back(parse_tensor(t["tensor"]));
+      r.tensors.push_back(tensor(t["tensor"]));
     }
     return r;
   }
@@ -352,6 +406,21 @@ SpecCase parse_case(const json& j, std::size_t index) {
   } catch (const SpecError& e) {
     bad(where + ": " + e.what());
   }
+  int64_t numel = 0;  // each tensor holds <= kMaxSpecElements: no overflow
+  std::string counts;
+  for (std::size_t i = 0; i < sargs.size(); ++i) {
+    const auto& r = *recipes[i];
+    int64_t n = r.kind == ArgRecipe::kTensor ? r.tensor.numel : 0;
+    for (const auto& t : r.tensors) n += t.numel;
+    if (n == 0) continue;
+    numel += n;
+    counts += (counts.empty() ? "argument '" : ", '") + sargs[i].name() + "': " + std::to_string(n);
+  }
+  if (numel > kMaxSpecElements) {
+    bad(where + ": its tensors hold " + std::to_string(numel) + " elements in all (" + counts +
+        "), more than the " + std::to_string(kMaxSpecElements) +
+        " a spec case may hold (kMaxSpecElements)");
+  }
   bool fixed = true, any_tensor = false;
   for (const auto& r : recipes) {
     if (r->kind == ArgRecipe::kTensor) {
@@ -396,14 +465,19 @@ SpecCase parse_case(const json& j, std::size_t index) {
 }  // namespace
 
 std::vector<SpecCase> load_spec_file(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   TORCH_CHECK_VALUE(in.good(), path, ": cannot open the spec file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_spec_text(text.str(), path);
+}
+
+std::vector<SpecCase> load_spec_text(std::string_view text, std::string_view source) {
   json doc;
   try {
-    doc = json::parse(in);
+    doc = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    std::string what = e.what();
-    TORCH_CHECK_VALUE(false, path, ": not valid JSON: ", what);
+    TORCH_CHECK_VALUE(false, source, ": not valid JSON: ", one_line(e.what()));
   }
   std::vector<SpecCase> cases;
   try {
@@ -416,10 +490,9 @@ std::vector<SpecCase> load_spec_file(const std::string& path) {
       cases.push_back(parse_case(*list, 0));
     }
   } catch (const SpecError& e) {
-    TORCH_CHECK_VALUE(false, path, ": ", e.what());
+    TORCH_CHECK_VALUE(false, source, ": ", one_line(e.what()));
   } catch (const json::exception& e) {
-    std::string what = e.what();
-    TORCH_CHECK_VALUE(false, path, ": ", what);
+    TORCH_CHECK_VALUE(false, source, ": ", one_line(e.what()));
   }
   return cases;
 }

@@ -6,8 +6,11 @@
 
 #include <customop/op_core.h>
 
+#include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace customop {
@@ -28,6 +31,53 @@ struct ForwardCall {
 }  // namespace
 
 struct GeneratedFunction : torch::autograd::Function<GeneratedFunction> {
+  /// The checks torch's engine makes on the grads a Function returns (validate_outputs),
+  /// made first so that a refusal names the op and the argument, where the engine's names
+  /// neither ("Function CppNode<...> returned an invalid gradient at index 0"):
+  ///   - shape: equal to the input's, or one that sums to it (the engine reduces it);
+  ///   - dtype: a complex grad for a real input or the reverse (other dtypes are converted);
+  ///   - device: the input's (a 0-dim input also takes a 0-dim grad from another real device,
+  ///     which the engine moves; a meta grad for a real input never).
+  /// `grads[0]` belongs to the ForwardCall* argument.
+  static void check_grads_match_inputs(const OpCore& op, const detail::ArgsInfo& info,
+                                       const std::vector<at::Tensor>& grads) {
+    std::size_t flat = 0;
+    for (std::size_t i = 0; i < info.counts.size(); ++i) {
+      for (int32_t k = 0; k < info.counts[i]; ++k, ++flat) {
+        const at::Tensor& g = grads.at(flat + 1);
+        if (!g.defined()) continue;
+        const detail::ArgsInfo::InputMeta& want = info.inputs.at(flat);
+        const c10::SymIntArrayRef want_sizes(want.sizes);
+        const bool shape_ok =
+            g.sym_sizes() == want_sizes || at::is_expandable_to(want_sizes, g.sym_sizes());
+        const bool dtype_ok = at::isFloatingType(g.scalar_type()) ||
+                              at::isComplexType(g.scalar_type()) == at::isComplexType(want.dtype);
+        const bool zero_dim = want.sizes.empty();
+        const bool device_ok =
+            g.device() == want.device ||
+            (zero_dim && !(g.is_meta() && want.device.type() != c10::DeviceType::Meta));
+        if (shape_ok && dtype_ok && device_ok) continue;
+        const std::string& arg = op.args()[i].name;
+        const std::string what = op.args()[i].kind == ArgKind::kTensorList
+                                     ? "'" + arg + "'[" + std::to_string(k) + "]"
+                                     : "'" + arg + "'";
+        std::ostringstream msg;
+        msg << "the grad for " << what;
+        if (!shape_ok) {
+          msg << " has shape " << g.sym_sizes() << " but " << what << " has shape " << want_sizes
+              << " (a grad must have its input's shape, or one that sums to it)";
+        } else if (!dtype_ok) {
+          msg << " has dtype " << g.scalar_type() << " but " << what << " has dtype " << want.dtype
+              << " (a real input takes a real grad, a complex input a complex one)";
+        } else {
+          msg << " is on " << g.device() << " but " << what << " is on " << want.device
+              << " (a grad must be on its input's device)";
+        }
+        op.backward_error(msg.str());
+      }
+    }
+  }
+
   static std::vector<at::Tensor> forward(torch::autograd::AutogradContext* ctx, ForwardCall* call,
                                          at::TensorList /*inputs*/) {
     ctx->set_materialize_grads(true);
@@ -68,6 +118,7 @@ struct GeneratedFunction : torch::autograd::Function<GeneratedFunction> {
     std::vector<at::Tensor> grads;
     grads.emplace_back();  // for the ForwardCall* argument of forward
     state.op->backward_boxed(state, saved_tensors, grad_outputs, grads);
+    check_grads_match_inputs(*state.op, state.info, grads);
     return grads;
   }
 };
@@ -98,6 +149,10 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
       }
       default: break;
     }
+  }
+  call.info.inputs.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    call.info.inputs.push_back({c10::SymDimVector(t.sym_sizes()), t.scalar_type(), t.device()});
   }
   const std::vector<at::Tensor> outputs = GeneratedFunction::apply(&call, at::TensorList(inputs));
   // Hand back the autograd-wrapped tensors in place of the raw ones.

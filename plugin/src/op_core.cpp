@@ -100,6 +100,31 @@ c10::FunctionSchema parse_or_throw(std::string_view text) {
     TORCH_CHECK_VALUE(ns.find('.') == std::string::npos, qualified, ": the namespace '", ns,
                       "' contains a '.'; namespaces must be plain identifiers");
   }
+  // NB: torch's schema parser recurses once per nested parenthesis (a tuple type) and runs out
+  // of stack (a segfault, not an error) a few thousand levels deep; no schema needs more than
+  // a handful. Quoted defaults ("((") do not count.
+  constexpr int kMaxNesting = 32;
+  int depth = 0, deepest = 0;
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '(' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ')' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  TORCH_CHECK_VALUE(deepest <= kMaxNesting, qualified,
+                    ": the schema nests parentheses and brackets ", deepest, " deep; at most ",
+                    kMaxNesting, " are supported (torch's schema parser recurses once per level)");
   std::string why;
   try {
     return torch::jit::parseSchema(std::string(text), /*allow_typevars=*/false);
@@ -477,6 +502,17 @@ struct DeviceKernel final : c10::OperatorKernel {
   c10::DeviceType device_;
 };
 
+// A call with no tensor to dispatch on (every Tensor argument None, every Tensor[] empty)
+// gets an empty dispatch key set; the dispatcher then runs the CompositeExplicitAutograd
+// kernel, or says only "There were no tensor arguments to this function". So does a call on
+// a backend other than CPU, CUDA and Meta. This kernel names the op and the argument instead.
+struct NoBackendKernel final : c10::OperatorKernel {
+  explicit NoBackendKernel(const OpCore* op) : op_(op) {}
+  [[noreturn]] void operator()(const c10::OperatorHandle&, c10::DispatchKeySet,
+                               torch::jit::Stack* stack);  // below check_tensor_args_defined
+  const OpCore* op_;
+};
+
 // NB: torch's generic Tracer fallback refuses ops with a non-tensor return ("unsupported
 // output type: int"); ops with one get this kernel, which records the node itself and leaves
 // the non-tensor output untraced (a constant for whatever uses it later).
@@ -530,6 +566,10 @@ void OpCore::register_with_dispatcher() {
                                   std::make_unique<DeviceKernel>(this, device))));
     device_indirection_installed_[kernel_slot(device)] = true;
   }
+  lib->impl(unqualified(name_).c_str(),
+            torch::dispatch(
+                c10::DispatchKey::CompositeExplicitAutograd,
+                torch::CppFunction::makeFromBoxedFunctor(std::make_unique<NoBackendKernel>(this))));
   const bool non_tensor_return = std::any_of(returns_.begin(), returns_.end(), [](ArgKind k) {
     return k != ArgKind::kTensor && k != ArgKind::kTensorList;
   });
@@ -717,6 +757,33 @@ void check_no_functorch_grad(const std::string& name_) {
 }
 }  // namespace
 
+void NoBackendKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet,
+                                 torch::jit::Stack* stack) {
+  const std::string& name = op_->name();
+  const std::vector<ArgSpec>& args = op_->args();
+  check_tensor_args_defined(name, args, *stack);
+  std::string empty_lists;
+  const size_t n = args.size();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = (*stack)[stack->size() - n + i];
+    std::optional<at::Tensor> t;
+    if (v.isTensor()) t = v.toTensor();
+    if (v.isTensorList() && !v.toTensorList().empty()) t = v.toTensorList().get(0);
+    // NB: also reached for a dense tensor with a key customop has no kernel for (sparse,
+    // quantized, nested): the message names layout and dtype as well as the device.
+    TORCH_CHECK_NOT_IMPLEMENTED(!t.has_value(), name, ": argument '", args[i].name, "' is a ",
+                                t ? t->toString() : std::string(), " (layout ",
+                                t ? t->layout() : c10::kStrided,
+                                "), but customop ops run on dense (strided) CPU, CUDA and Meta "
+                                "tensors only");
+    if (v.isTensorList()) empty_lists += (empty_lists.empty() ? "'" : ", '") + args[i].name + "'";
+  }
+  TORCH_CHECK(false, name, ": no tensor to run on: ",
+              empty_lists.empty() ? std::string("every Tensor argument is None")
+                                  : "argument " + empty_lists + " (Tensor[]) is an empty list",
+              ", so the call has no device to run on; pass at least one tensor");
+}
+
 void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
   const auto* entry = kernels_[kernel_slot(device)].load(std::memory_order_acquire);
   if (entry == nullptr) {
@@ -801,13 +868,16 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
                              torch::jit::Stack* stack) {
   check_tensor_args_defined(name_, args_, *stack);
   check_no_forward_grad(name_, args_, *stack);
-  if (save_loc_.has_value() && backward_loc_.has_value()) {
+  // NB: the locations are read only once their part is published (another thread may be
+  // registering the formula while this call runs).
+  const uint8_t parts = formula_parts_.load(std::memory_order_acquire);
+  if (parts == (kSavePart | kBackwardPart)) {
     check_no_functorch_grad(name_);
     run_autograd(ks, stack);
     return;
   }
-  if (save_loc_.has_value() || backward_loc_.has_value()) {
-    const bool have_backward = backward_loc_.has_value();
+  if (parts != 0) {
+    const bool have_backward = (parts & kBackwardPart) != 0;
     const char* found = have_backward ? "backward" : "save_for_backward";
     const char* missing = have_backward ? "save_for_backward" : "backward";
     TORCH_CHECK(false, "We found a '", found, "' registration for ", name_, " at ",

@@ -291,12 +291,31 @@ TEST(GradsValues, TensorForAnOptionalThatWasNoneTyped) {
                         "got a Tensor as the gradient for input 'bias' but expected None"));
 }
 
-TEST(GradsValues, GradOfTheWrongShapeRefusedByTheEngine) {
+// Beyond the reference (whose check is torch's engine: "returned an invalid gradient at index
+// 0", naming neither the op nor the argument): the glue names both, with both shapes.
+TEST(GradsValues, GradOfTheWrongShapeRefusedNamingTheArgument) {
   auto& op = define_with_backward<XArgs>("core_grads::bad_shape(Tensor x) -> Tensor", double_x,
                                          [](const NoSaved&, const at::Tensor& g) {
                                            return customop::Grads{{"x", at::cat({g, g})}};
                                          });
-  EXPECT_THAT(backward_error(op, XArgs{leaf()}), HasSubstr("invalid gradient"));
+  const at::Tensor x = leaf();
+  const std::string n = std::to_string(x.size(0));
+  EXPECT_THAT(backward_error(op, XArgs{x}),
+              AllOf(HasSubstr("In the backward function defined for core_grads::bad_shape"),
+                    HasSubstr("the grad for 'x' has shape [" + std::to_string(2 * x.size(0)) +
+                              "] but 'x' has shape [" + n + "]")));
+}
+
+// A grad that sums to its input's shape (a broadcast one) is reduced, as torch's engine does.
+TEST(GradsValues, GradThatSumsToTheInputShapeIsAccepted) {
+  auto& op =
+      define_with_backward<XArgs>("core_grads::broadcast_grad(Tensor x) -> Tensor", double_x,
+                                  [](const NoSaved&, const at::Tensor& g) {
+                                    return customop::Grads{{"x", 2 * g.expand({2, g.size(0)})}};
+                                  });
+  const at::Tensor x = leaf();
+  op(XArgs{x}).sum().backward();
+  EXPECT_TRUE(at::allclose(x.grad(), at::full_like(x, 4.0)));
 }
 
 // ---- the three ways to return grads, on a mix of argument kinds ----------------------------

@@ -318,6 +318,7 @@ class Op final : public OpCore {
     take_tensors_ = [](detail::SavedStateBase& s) {
       return static_cast<detail::SavedState<Saved>&>(s).take_tensors();
     };
+    publish_save_for_backward();
     return *this;
   }
 
@@ -488,6 +489,7 @@ class Op final : public OpCore {
         typed_grads_to_flat(result, state.info, flat);
       }
     };
+    publish_backward();
   }
 
   void check_saved_type(const std::type_info& type, std::string_view type_name, const char* what,

@@ -67,6 +67,15 @@ struct ArgsInfo {
   // kNotTensorLike, kNone, or the number of tensors the argument contributed (1, or the
   // length of a Tensor[]).
   c10::SmallVector<int32_t, 8> counts;
+  /// What each input of the autograd Function (every tensor of the args, in schema order)
+  /// looked like, to check its grad against: shape (the grad's must equal it or sum to it),
+  /// dtype (real vs complex) and device.
+  struct InputMeta {
+    c10::SymDimVector sizes;
+    c10::ScalarType dtype;
+    c10::Device device;
+  };
+  c10::SmallVector<InputMeta, 4> inputs;
 };
 
 using BoxedKernel = std::function<void(torch::jit::Stack*)>;
@@ -97,7 +106,9 @@ struct KernelEntry {
 }  // namespace detail
 
 /// The schema-level state of a customop op; `Op<Args, Ret>` adds the typed parts.
-/// Thread-safety: register kernels and formulas before calling the op from several threads.
+/// Thread-safety: calls may run on any number of threads, also while another thread registers
+/// a kernel or a formula half (each is published atomically; a call sees it or not). Two
+/// threads registering on the same op at once are not supported.
 class OpCore {
  public:
   virtual ~OpCore();
@@ -123,7 +134,9 @@ class OpCore {
   /// under FakeTensor (torch.compile, torch.export, torch.library.opcheck).
   bool has_fake_kernel() const { return has_kernel(c10::DeviceType::Meta); }
   /// True when both save_for_backward and backward are registered.
-  bool has_autograd() const { return save_loc_.has_value() && backward_loc_.has_value(); }
+  bool has_autograd() const {
+    return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
+  }
   const std::optional<std::vector<bool>>& output_differentiability() const {
     return output_differentiability_;
   }
@@ -160,6 +173,12 @@ class OpCore {
   void note_save_for_backward(std::source_location loc);
   void note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
                      bool returns_backward_ok);
+  /// Makes a formula half that Op<Args, Ret> has stored visible to calls on other threads
+  /// (release); the autograd kernel reads the halves only once both are published (acquire).
+  void publish_save_for_backward() {
+    formula_parts_.fetch_or(kSavePart, std::memory_order_release);
+  }
+  void publish_backward() { formula_parts_.fetch_or(kBackwardPart, std::memory_order_release); }
 
   /// The typed half of the generated autograd Function's forward (Op<Args, Ret>): reads the
   /// args struct from `args` (one IValue per schema argument) and the C++ return value from
@@ -230,8 +249,12 @@ class OpCore {
   std::vector<std::unique_ptr<detail::KernelEntry>> kernel_storage_;
   bool autograd_indirection_installed_ = false;
   bool device_indirection_installed_[3] = {false, false, false};
+  // Written by the registering thread before the matching part is published.
   std::optional<std::source_location> save_loc_;
   std::optional<std::source_location> backward_loc_;
+  static constexpr uint8_t kSavePart = 1;
+  static constexpr uint8_t kBackwardPart = 2;
+  std::atomic<uint8_t> formula_parts_{0};
   std::optional<std::vector<bool>> output_differentiability_;
   size_t num_tensor_like_args_ = 0;
   SampleGenerator sample_generator_;

@@ -135,6 +135,12 @@ void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
   for (int64_t l = 0; l < kV; ++l) sum += lanes[l];
 
   // Pass 3: normalise.
+  // NB: a NaN among the kept elements makes the sum NaN, and 0 * NaN would turn the masked
+  // zeros into NaN; such a row (rare) is scaled element by element, masked ones kept at 0.
+  if (m != nullptr && std::isnan(sum)) {
+    for (int64_t k = 0; k < n; ++k) y[k] = m[k] != 0 ? y[k] / sum : T(0);
+    return;
+  }
   const Vec inv(T(1) / sum);
   int64_t j = 0;
   for (; j + kV <= n; j += kV) (Vec::loadu(y + j) * inv).store(y + j);
@@ -175,7 +181,9 @@ void softmax_columns(const T* x, const uint8_t* m, T* y, int64_t o, int64_t i0, 
   for (int64_t i = 0; i < w; ++i) sum[i] = any[i] ? T(1) / sum[i] : T(0);
   for (int64_t s = 0; s < size; ++s) {
     const int64_t row = base + s * inner;
-    for (int64_t i = 0; i < w; ++i) y[row + i] *= sum[i];
+    for (int64_t i = 0; i < w; ++i) {
+      y[row + i] = (m == nullptr || m[row + i] != 0) ? y[row + i] * sum[i] : T(0);
+    }
   }
 }
 

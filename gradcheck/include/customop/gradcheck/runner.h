@@ -17,6 +17,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -91,6 +92,14 @@ struct SpecCase {
   std::function<torch::jit::Stack(c10::Device, c10::ScalarType, std::uint64_t seed)> make;
 };
 
+/// The most elements the tensors of one spec case may hold in all: 2^24 (128 MiB of float64;
+/// twice that for "noncontiguous" tensors, views of a larger one). No size and no element
+/// count may exceed it. Gradcheck's slow mode evaluates the op twice per input element, so a
+/// case near the limit is already far beyond what a check can finish; the limit turns a typo
+/// such as [1000000000000] into an error naming the case and the argument instead of an
+/// allocation failure (or an overflowing element count).
+inline constexpr int64_t kMaxSpecElements = int64_t{1} << 24;
+
 /// Reads an input spec: a JSON object, or an array of them, or {"cases": [...]}:
 ///   {"op": "aten::mul.Tensor", "label": "small",
 ///    "args": [{"tensor": {"shape": [3, 4], "dtype": "float64", "requires_grad": true,
@@ -101,10 +110,22 @@ struct SpecCase {
 /// strided view of a larger tensor), "dtype" (default: the run's dtype; integer dtypes never
 /// require grad); {"tensors": [...]} is a Tensor[] argument. Scalars and lists convert to the
 /// schema's type; missing trailing arguments take the schema's defaults. The op must already
-/// be registered (load its library first).
-/// \throws c10::ValueError "<file>: <what>" (one line) when the file cannot be read, is not
-///         JSON, or does not match the format or the op's schema.
+/// be registered (load its library first). A case's tensors hold at most kMaxSpecElements
+/// elements in all.
+/// \throws c10::ValueError "<file>: <what>" (one line: control characters in the spec's strings
+///         that <what> quotes are escaped) when the file cannot be read, is not JSON, or does
+///         not match the format, the size limit or the op's schema.
 std::vector<SpecCase> load_spec_file(const std::string& path);
+
+/// Reads an input spec from `text` (the format of load_spec_file); `source` names it in
+/// errors, as the path does there.
+/// \throws c10::ValueError "<source>: <what>" (one line) when `text` is not JSON, or does not
+///         match the format, the size limit or the op's schema.
+/// Example:
+///   auto cases = load_spec_text(R"({"op": "aten::sin", "args": [{"tensor": {"shape": [3]}}]})",
+///                               "<inline spec>");
+///   torch::jit::Stack args = cases[0].make(c10::Device(c10::kCPU), c10::kDouble, /*seed=*/0);
+std::vector<SpecCase> load_spec_text(std::string_view text, std::string_view source);
 
 /// Runs the cases of a spec over the requested devices, dtypes and modes.
 /// Never throws for a case: errors become kError cases.
