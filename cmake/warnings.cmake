@@ -14,3 +14,12 @@ if(CUSTOMOP_SANITIZE)
                       $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-fno-sanitize=null,nonnull-attribute,returns-nonnull-attribute>)
   add_link_options(-fsanitize=address,undefined -fno-sanitize=vptr)
 endif()
+if(CUSTOMOP_TSAN)
+  # ThreadSanitizer (preset tsan): every customop target; libtorch is not instrumented, so
+  # its own synchronisation is invisible to TSan (ci/tsan.supp names what that explains).
+  if(CUSTOMOP_SANITIZE)
+    message(FATAL_ERROR "customop: CUSTOMOP_TSAN and CUSTOMOP_SANITIZE (ASan) cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
