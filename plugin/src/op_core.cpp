@@ -975,7 +975,6 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
                      "' twice; return one gradient per input");
     }
   }
-#ifndef CUSTOMOP_SABOTAGE_GRADS_KEYS  // defined only by the `mutation` test of tests/core
   if (expected != actual) {
     backward_error("expected the returned grad_input dict to have keys " + join_keys(expected) +
                    " but got " + join_keys(actual) +
@@ -983,7 +982,6 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
                    "to the CustomOp that may be a Tensor or Sequence[Tensor]. Args declared to "
                    "be non-Tensor-like types should not appear in the grad_input dict");
   }
-#endif
   // Each entry is checked in the order backward returned it, as the reference does.
   std::vector<const c10::IValue*> by_arg(args_.size(), nullptr);
   for (const auto& e : grads.entries()) {

@@ -3,8 +3,8 @@
 // Every error fires at BACKWARD time (the forward succeeds) and starts with the op and the
 // file:line of its backward registration.
 //
-// NB: the `mutation` test runs the GradsKeys suite against a core built with
-// CUSTOMOP_SABOTAGE_GRADS_KEYS (no key-set check) and expects it to fail.
+// NB: the `mutation` test runs the GradsKeys suite against a mutant of the core without the
+// key-set check (made by tests/core/CMakeLists.txt) and expects it to fail.
 // NB: "clang-format off" regions keep a registration and its __LINE__ on one line: the
 // tests compare the file:line that error messages report.
 
