@@ -1,7 +1,7 @@
 # Carried dependencies, for a machine with no network and no development packages (the lent
 # GPU machine; see ci/gpu-carry, which fills the folder, and ci/gpu-check, which uses it).
-#   -DCUSTOMOP_CARRY_DIR=<dir> -DCMAKE_PROJECT_customop_INCLUDE=<repo>/cmake/carry.cmake
-# (or include(cmake/carry.cmake) right after project()). <dir> holds:
+#   -DCUSTOMOP_CARRY_DIR=<dir> -DCMAKE_PROJECT_customop_INCLUDE=<repo>/ci/carry.cmake
+# (or include(ci/carry.cmake) right after project()). <dir> holds:
 #   prefix/      a relocatable /usr subset: CLI11,
 #                nlohmann_json, libpng + zlib, ... with their own CMake package files; it is
 #                prepended to CMAKE_PREFIX_PATH, so the usual find_package calls find it
@@ -51,7 +51,7 @@ if(EXISTS "${CUSTOMOP_CARRY_DIR}/googletest/CMakeLists.txt")
     add_subdirectory("${CUSTOMOP_CARRY_DIR}/googletest" "${CMAKE_BINARY_DIR}/_carry/googletest"
                      EXCLUDE_FROM_ALL SYSTEM)
     file(WRITE "${_carry_gtest_config}/GTestConfig.cmake"
-         "# Written by cmake/carry.cmake: GoogleTest is built from the carried sources.\n"
+         "# Written by ci/carry.cmake: GoogleTest is built from the carried sources.\n"
          "set(GTest_FOUND TRUE)\n")
     set(GTest_DIR "${_carry_gtest_config}" CACHE PATH "GoogleTest package folder" FORCE)
     unset(GTest_FOUND)
