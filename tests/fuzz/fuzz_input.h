@@ -7,6 +7,8 @@
 /// one: an all-zero input describes a correct call, and a seed that differs from it in one
 /// byte is a near-valid one.
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,16 @@
 #include <string_view>
 
 namespace customop::fuzz {
+
+/// Turns ATen's intra-op parallelism off, once per process: a target runs one small input at a
+/// time, and a thread pool would only add noise (and threads libFuzzer does not expect).
+inline void single_threaded_torch() {
+  static const bool once = [] {
+    at::set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
 
 class FuzzInput {
  public:

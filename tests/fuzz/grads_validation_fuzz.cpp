@@ -503,11 +503,7 @@ void run(FuzzInput& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  static const bool once = [] {
-    at::set_num_threads(1);
-    return true;
-  }();
-  (void)once;
+  customop::fuzz::single_threaded_torch();
   FuzzInput in(data, size);
   run(in);
   return 0;

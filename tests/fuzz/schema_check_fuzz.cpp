@@ -111,7 +111,7 @@ class SchemaProbe final : public customop::OpCore {
   }
 };
 
-// 0, 0.0, false, "", an empty list, None: a field without a member initializer (op_core.cpp).
+// 0, 0.0, false, "", an empty list, None: a field without a member initializer (op_schema.cpp).
 bool zero_like(const c10::IValue& v) {
   if (v.isNone()) return true;
   if (v.isTensor()) return !v.toTensor().defined();
@@ -171,8 +171,8 @@ void check_accepted(const SchemaProbe& probe, std::string_view text) {
   }
 }
 
-/// torch's own parse of `text` (as parse_or_throw in op_core.cpp does it), or nullopt. NB: not
-/// for text with many parentheses, which can overflow the stack in torch's parser (op_core.cpp
+/// torch's own parse of `text` (as parse_or_throw in op_schema.cpp does it), or nullopt. NB: not
+/// for text with many parentheses, which can overflow the stack in torch's parser (op_schema.cpp
 /// refuses more than 32 levels before parsing).
 std::optional<c10::FunctionSchema> parse(std::string_view text) {
   if (std::count(text.begin(), text.end(), '(') > 32) return std::nullopt;
@@ -491,11 +491,7 @@ std::string structured_schema(FuzzInput& in, const Shape& shape) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  static const bool once = [] {
-    at::set_num_threads(1);
-    return true;
-  }();
-  (void)once;
+  customop::fuzz::single_threaded_torch();
   FuzzInput in(data, size);
   const Shape& shape = kShapes[in.pick(std::size(kShapes))];
   switch (in.byte()) {

@@ -67,11 +67,7 @@ void check_case(const gc::SpecCase& c) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  static const bool once = [] {
-    at::set_num_threads(1);
-    return true;
-  }();
-  (void)once;
+  customop::fuzz::single_threaded_torch();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   std::vector<gc::SpecCase> cases;
   try {
