@@ -81,6 +81,9 @@ Verdict named_error(const std::string& msg, const std::vector<std::string>& need
 
 at::Tensor T(const Stack& s, size_t i) { return s.at(i).toTensor(); }
 
+/// True when this process can run CUDA kernels (call it in a forked child only).
+bool has_gpu() { return at::hasCUDA() && at::getNumGPUs() > 0; }
+
 /// An op under test: its reference (ATen composites, on the same IValues) and which of its
 /// outputs are differentiable.
 struct OpUnderTest {
@@ -461,6 +464,8 @@ std::vector<OpVariant> variants_for(const OpUnderTest& o, const Stack& sample) {
   const auto& schema_args = o.op->schema().arguments();
   size_t tensor_args = 0;
   for (const auto& a : schema_args) tensor_args += arg_shape(a) != ArgShape::kOther ? 1 : 0;
+  // Known without touching CUDA (the parent must not initialise it).
+  const bool cuda_kernel = o.op->has_kernel(c10::DeviceType::CUDA);
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const ArgShape shape = arg_shape(schema_args[i]);
     if (shape == ArgShape::kOther) continue;
@@ -494,6 +499,18 @@ std::vector<OpVariant> variants_for(const OpUnderTest& o, const Stack& sample) {
                      },
                      Expect::kError,
                      {arg, "meta"}});
+    }
+    // NB: CUDA is looked for in the child (a parent that initialised CUDA could not fork
+    // children that use it); without a GPU the variant does not apply.
+    if (tensor_args > 1) {
+      out.push_back({arg + ": on cuda, the others on cpu",
+                     [i, shape, cuda_kernel](Stack& s) {
+                       return cuda_kernel && has_gpu() &&
+                              edit_tensor_arg(s, i, shape,
+                                              [](const at::Tensor& t) { return t.to(at::kCUDA); });
+                     },
+                     Expect::kError,
+                     {arg, "cuda"}});
     }
     out.push_back(
         {arg + ": 0-d",
@@ -579,6 +596,18 @@ std::vector<OpVariant> variants_for(const OpUnderTest& o, const Stack& sample) {
           true);
     }
   };
+  out.push_back({"every tensor on cuda",
+                 [schema_args, cuda_kernel](Stack& s) {
+                   if (!cuda_kernel || !has_gpu()) return false;
+                   for (size_t i = 0; i < schema_args.size(); ++i) {
+                     edit_tensor_arg(
+                         s, i, arg_shape(schema_args[i]),
+                         [](const at::Tensor& t) { return t.to(at::kCUDA); }, true);
+                   }
+                   return true;
+                 },
+                 Expect::kResult,
+                 {}});
   out.push_back({"every tensor on meta",
                  [to_meta_all](Stack& s) {
                    to_meta_all(s);
