@@ -11,7 +11,7 @@ namespace customop::ops {
 
 namespace detail {
 
-void check_masked_softmax(const MaskedSoftmaxArgs& a, c10::DeviceType device) {
+int64_t check_masked_softmax(const MaskedSoftmaxArgs& a, c10::DeviceType device) {
   if (a.mask) check_same_device("masked_softmax", "mask", *a.mask, "input", a.input);
   check_floating("masked_softmax", "input", a.input, device);
   if (a.mask) {
@@ -27,7 +27,7 @@ void check_masked_softmax(const MaskedSoftmaxArgs& a, c10::DeviceType device) {
     TORCH_CHECK(ok, "masked_softmax: mask must have input's shape ", in,
                 " or one broadcastable to it, but got ", m);
   }
-  wrap_dim("masked_softmax", a.dim, a.input.dim());
+  return wrap_dim("masked_softmax", a.dim, a.input.dim());
 }
 
 }  // namespace detail

@@ -16,13 +16,14 @@ namespace customop::ops {
 
 namespace detail {
 
-void check_max_along(const MaxAlongArgs& a, c10::DeviceType device) {
+int64_t check_max_along(const MaxAlongArgs& a, c10::DeviceType device) {
   check_floating("max_along", "input", a.input, device);
   const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());
   if (a.input.dim() > 0) {
     TORCH_CHECK(a.input.sym_size(dim) > 0, "max_along: input must have a non-empty dim ", a.dim,
                 " to reduce, but got shape ", a.input.sym_sizes());
   }
+  return dim;
 }
 
 }  // namespace detail
@@ -62,8 +63,7 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
 // Output metadata only: values (input's dtype) and int64 indices of max_along_out_sizes,
 // contiguous (as the CPU and CUDA kernels).
 MaxAlongResult max_along_fake(const MaxAlongArgs& a) {
-  detail::check_max_along(a, c10::DeviceType::Meta);
-  const int64_t dim = detail::wrap_dim("max_along", a.dim, a.input.dim());
+  const int64_t dim = detail::check_max_along(a, c10::DeviceType::Meta);
   const auto sizes = detail::max_along_out_sizes(a.input.sym_sizes(), dim, a.keepdim);
   return {at::empty_symint(sizes, a.input.options()),
           at::empty_symint(sizes, a.input.options().dtype(at::kLong))};

@@ -127,6 +127,7 @@ std::string OpCore::backward_location() const {
 void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet ks,
                              torch::jit::Stack* stack) {
   check_tensor_args_defined(name_, args_, *stack);
+  const detail::ArgsCheckedScope checked(stack);
   check_no_forward_grad(name_, args_, *stack);
   // NB: the locations are read only once their part is published (another thread may be
   // registering the formula while this call runs).

@@ -245,6 +245,8 @@ void OpCore::install_kernel(c10::DeviceType device, detail::BoxedKernel fn,
 
 namespace detail {
 
+thread_local const torch::jit::Stack* ArgsCheckedScope::current_ = nullptr;
+
 void check_tensor_args_defined(const std::string& name_, const std::vector<ArgSpec>& args_,
                                const torch::jit::Stack& stack) {
   const size_t n = args_.size();
@@ -308,7 +310,7 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
         " impl registered. Register one with op.impl(c10::DeviceType::", device_name(device),
         ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
   }
-  check_tensor_args_defined(name_, args_, *stack);
+  if (!detail::ArgsCheckedScope::checked(stack)) check_tensor_args_defined(name_, args_, *stack);
   entry->fn(stack);
 }
 

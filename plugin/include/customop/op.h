@@ -15,7 +15,9 @@
 
 #include <customop/arg_types.h>
 #include <customop/detail/backward_op.h>
+#include <customop/detail/formula.h>
 #include <customop/detail/function_traits.h>
+#include <customop/detail/op_checks.h>
 #include <customop/detail/saved_state.h>
 #include <customop/detail/stack.h>
 #include <customop/grads.h>
@@ -54,172 +56,6 @@ class OutputDifferentiability {
  private:
   std::optional<std::vector<bool>> flags_;
 };
-
-namespace detail {
-
-/// A field name as a template argument, so that compiler notes print it:
-/// `FieldName<5>{"alpha"}`.
-template <std::size_t N>
-struct FieldName {
-  char name[N + 1]{};
-  constexpr FieldName(std::string_view s) { std::copy_n(s.data(), N, name); }
-};
-
-/// The name of field I of T (Boost.PFR >= 2.2), as a template argument.
-template <class T, std::size_t I>
-inline constexpr auto kFieldName =
-    FieldName<boost::pfr::get_name<I, T>().size()>(boost::pfr::get_name<I, T>());
-
-/// Instantiated per args-struct field: an unsupported type fails here, and the compiler's
-/// note `CheckArgField<FieldName<N>{"<field>"}, <type>>` names the field and its type.
-template <auto Name, class Field>
-struct CheckArgField {
-  static_assert(ArgTraits<Field>::supported,
-                "[customop] unsupported args-struct field type (CheckArgField<FieldName{name}, "
-                "type> below names the field). Use at::Tensor, std::optional<at::Tensor>, "
-                "std::vector<at::Tensor>, int64_t (not int), double (not float), bool, "
-                "std::string, std::vector<int64_t|double|bool>, c10::Scalar, c10::ScalarType, "
-                "or std::optional of a scalar type (see customop/arg_types.h)");
-  static constexpr ArgKind kind = ArgTraits<Field>::kind;
-};
-
-template <class Args>
-constexpr auto field_infos() {
-  return []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::array<FieldInfo, sizeof...(I)>{
-        FieldInfo{CheckArgField<kFieldName<Args, I>, boost::pfr::tuple_element_t<I, Args>>::kind,
-                  ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name,
-                  boost::pfr::get_name<I, Args>()}...};
-  }
-  (std::make_index_sequence<kNumFields<Args>>{});
-}
-
-/// The grad a backward formula receives for one return type.
-template <class T>
-struct GradFor {
-  using type = NoGrad;
-};
-template <>
-struct GradFor<at::Tensor> {
-  using type = at::Tensor;
-};
-template <>
-struct GradFor<std::vector<at::Tensor>> {
-  using type = std::vector<at::Tensor>;
-};
-
-template <class Returns, class F, class Saved>
-struct BackwardInvocable;
-template <class... R, class F, class Saved>
-struct BackwardInvocable<std::tuple<R...>, F, Saved> {
-  static constexpr bool value = std::is_invocable_v<F&, const Saved&, typename GradFor<R>::type...>;
-  using result = std::invoke_result_t<F&, const Saved&, typename GradFor<R>::type...>;
-};
-
-template <class T>
-inline constexpr bool kReturnHasBackward =
-    std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::vector<at::Tensor>> ||
-    std::is_same_v<T, int64_t> || std::is_same_v<T, double> || std::is_same_v<T, bool>;
-
-/// True when every return is a Tensor or Tensor[] (what a fake kernel can produce).
-template <class Returns>
-inline constexpr bool kAllReturnsTensors = false;
-template <class... R>
-inline constexpr bool kAllReturnsTensors<std::tuple<R...>> =
-    ((std::is_same_v<R, at::Tensor> || std::is_same_v<R, std::vector<at::Tensor>>)&&...);
-
-// ---- typed grads (an aggregate with one field per tensor-like argument) --------------------
-
-template <class T>
-struct TypedGradKind {
-  static constexpr bool valid = false;
-};
-template <>
-struct TypedGradKind<at::Tensor> {
-  static constexpr bool valid = true;
-  static constexpr bool list = false;
-};
-template <>
-struct TypedGradKind<std::optional<at::Tensor>> : TypedGradKind<at::Tensor> {};
-template <>
-struct TypedGradKind<std::vector<at::Tensor>> {
-  static constexpr bool valid = true;
-  static constexpr bool list = true;
-};
-template <>
-struct TypedGradKind<std::vector<std::optional<at::Tensor>>>
-    : TypedGradKind<std::vector<at::Tensor>> {};
-
-template <class Args>
-constexpr std::size_t count_tensor_like() {
-  std::size_t n = 0;
-  for (const auto& f : field_infos<Args>()) n += is_tensor_like(f.kind) ? 1 : 0;
-  return n;
-}
-
-template <class Args>
-constexpr auto tensor_like_kinds() {
-  std::array<ArgKind, count_tensor_like<Args>()> out{};
-  std::size_t k = 0;
-  for (const auto& f : field_infos<Args>()) {
-    if (is_tensor_like(f.kind)) out[k++] = f.kind;
-  }
-  return out;
-}
-
-/// Instantiated per field of a typed grads struct; its template arguments (the field's name,
-/// its type, the argument's kind) name the field in the compiler's note when one fires.
-template <auto GradFieldName, class GradField, ArgKind ArgumentKind>
-struct CheckTypedGradField {
-  static_assert(TypedGradKind<GradField>::valid,
-                "[customop] a typed grads field must be at::Tensor, std::optional<at::Tensor>, "
-                "std::vector<at::Tensor> or std::vector<std::optional<at::Tensor>> "
-                "(CheckTypedGradField<FieldName{name}, ...> below names the field)");
-  static_assert(!TypedGradKind<GradField>::valid ||
-                    TypedGradKind<GradField>::list == (ArgumentKind == ArgKind::kTensorList),
-                "[customop] a typed grads field does not match its tensor-like argument "
-                "(CheckTypedGradField<FieldName{name}, ...> below names the field): a Tensor[] "
-                "argument takes a std::vector grad, a Tensor or Tensor? argument a single "
-                "at::Tensor grad");
-  static constexpr bool ok = true;
-};
-
-/// True for a valid typed grads struct G of Args; otherwise one static_assert fires and it
-/// returns false, so the caller instantiates nothing more with G (no cascade of errors).
-template <class Args, class G>
-constexpr bool check_typed_grads() {
-  if constexpr (!std::is_aggregate_v<G>) {
-    static_assert(always_false<G>,
-                  "[customop] backward must return customop::Grads (by name), c10::IValue (a "
-                  "dict of grads), or a typed grads aggregate with one field per Tensor-like "
-                  "argument (not a std::vector of grads or a tuple: name them)");
-    return false;
-  } else if constexpr (kNumFields<G> != count_tensor_like<Args>()) {
-    static_assert(always_false<G>,
-                  "[customop] the typed grads struct needs exactly one field per Tensor-like "
-                  "argument (Tensor, Tensor?, Tensor[]) of the args struct, in schema order");
-    return false;
-  } else {
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (CheckTypedGradField<kFieldName<G, I>, boost::pfr::tuple_element_t<I, G>,
-                                  tensor_like_kinds<Args>()[I]>::ok &&
-              ...);
-    }
-    (std::make_index_sequence<kNumFields<G>>{});
-  }
-}
-
-/// customop::Grads, c10::IValue, or a valid typed grads struct (check_typed_grads).
-template <class Args, class R>
-constexpr bool grads_type_ok() {
-  if constexpr (std::is_same_v<R, Grads> || std::is_same_v<R, c10::IValue>) {
-    return true;
-  } else {
-    return check_typed_grads<Args, R>();
-  }
-}
-
-}  // namespace detail
 
 /// An op defined through customop; see define(). `Args` is the args struct (one field per
 /// schema argument, in schema order); `Ret` the C++ return type (at::Tensor by default; a
@@ -306,9 +142,9 @@ class Op final : public OpCore {
     static_assert(std::is_aggregate_v<Saved>,
                   "[customop] save_for_backward must return an aggregate struct (the saved "
                   "state), e.g. struct Saved { at::Tensor x; double alpha; }");
-    check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward", loc);
+    saved_type_.check(name(), typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward", loc);
     note_save_for_backward(loc);
-    record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward");
+    saved_type_.record(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward");
     save_ = [fn = std::move(fn)](const Args& args,
                                  const Ret& out) -> c10::intrusive_ptr<detail::SavedStateBase> {
       auto state = c10::make_intrusive<detail::SavedState<Saved>>();
@@ -463,109 +299,29 @@ class Op final : public OpCore {
       return (detail::kReturnHasBackward<std::tuple_element_t<I, Returns>> && ...);
     }
     (std::make_index_sequence<kNumReturns>{});
-    check_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
+    saved_type_.check(name(), typeid(Saved), c10::demangle_type<Saved>(), "backward", loc);
     if constexpr (!std::is_same_v<R, Grads> && !std::is_same_v<R, c10::IValue>) {
       check_grads_field_names(boost::pfr::names_as_array<R>(), c10::demangle_type<R>(), loc);
     }
     note_backward(loc, output_differentiability.flags(), returns_ok);
-    record_saved_type(typeid(Saved), c10::demangle_type<Saved>(), "backward");
+    saved_type_.record(typeid(Saved), c10::demangle_type<Saved>(), "backward");
     backward_ = [this, fn = std::move(fn)](
                     detail::SavedStateBase& base, const std::vector<at::Tensor>& saved_tensors,
                     std::vector<at::Tensor>& grad_outputs, std::vector<at::Tensor>& flat) mutable {
       const auto& state = static_cast<const detail::SavedState<Saved>&>(base);
       const Saved saved = state.restore(saved_tensors);
-      std::size_t k = 0, list = 0;
-      auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return std::tuple<typename detail::GradFor<std::tuple_element_t<I, Returns>>::type...>{
-            take_grad<std::tuple_element_t<I, Returns>>(grad_outputs, state, k, list)...};
-      }
-      (std::make_index_sequence<kNumReturns>{});
+      auto grads = detail::take_grads<Returns>(grad_outputs, state);
       R result = std::apply([&](auto&... g) { return fn(saved, g...); }, grads);
+      // One validation path for every kind of grads (the reference's checks and messages).
       if constexpr (std::is_same_v<R, Grads>) {
         grads_to_flat(result, state.info, flat);
       } else if constexpr (std::is_same_v<R, c10::IValue>) {
         ivalue_grads_to_flat(result, state.info, flat);
       } else {
-        typed_grads_to_flat(result, state.info, flat);
+        grads_to_flat(detail::typed_grads_to_named(result), state.info, flat);
       }
     };
     publish_backward();
-  }
-
-  void check_saved_type(const std::type_info& type, std::string_view type_name, const char* what,
-                        const std::source_location& loc) const {
-    if (saved_type_ == nullptr) return;
-    TORCH_CHECK_TYPE(*saved_type_ == type, name(), ": ", what, " at ", format_location(loc),
-                     " uses the saved-state type ", type_name, " but ", saved_type_from_, " uses ",
-                     saved_type_name_, "; both must use the same type");
-  }
-
-  // NB: only after the registration succeeded, so a refused one leaves no trace.
-  void record_saved_type(const std::type_info& type, std::string_view type_name, const char* what) {
-    if (saved_type_ != nullptr) return;
-    saved_type_ = &type;
-    saved_type_name_ = std::string(type_name);
-    saved_type_from_ = what;
-  }
-
-  template <class T>
-  static typename detail::GradFor<T>::type take_grad(std::vector<at::Tensor>& grads,
-                                                     const detail::SavedStateBase& state,
-                                                     std::size_t& k, std::size_t& list) {
-    if constexpr (std::is_same_v<T, at::Tensor>) {
-      return std::move(grads[k++]);
-    } else if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
-      const auto n = static_cast<std::size_t>(state.return_list_sizes[list++]);
-      std::vector<at::Tensor> out(std::make_move_iterator(grads.begin() + k),
-                                  std::make_move_iterator(grads.begin() + k + n));
-      k += n;
-      return out;
-    } else {
-      return NoGrad{};
-    }
-  }
-
-  template <class G>
-  void typed_grads_to_flat(G& grads, const detail::ArgsInfo& info,
-                           std::vector<at::Tensor>& flat) const {
-    std::size_t arg = 0;
-    boost::pfr::for_each_field(grads, [&](auto& g) {
-      while (info.counts[arg] == detail::ArgsInfo::kNotTensorLike) ++arg;
-      const auto& name = args()[arg].name;
-      const int32_t count = info.counts[arg];
-      using F = std::decay_t<decltype(g)>;
-      if constexpr (detail::TypedGradKind<F>::list) {
-        if (g.size() != static_cast<std::size_t>(count)) {
-          backward_error("for input '" + name +
-                         "' expected the grad_input dict to hold a list of " +
-                         std::to_string(count) + " gradients but got " + std::to_string(g.size()));
-        }
-        for (auto& t : g) {
-          if constexpr (std::is_same_v<F, std::vector<at::Tensor>>) {
-            flat.push_back(std::move(t));
-          } else {
-            flat.push_back(t.has_value() ? std::move(*t) : at::Tensor());
-          }
-        }
-      } else {
-        at::Tensor t;
-        if constexpr (std::is_same_v<F, at::Tensor>) {
-          t = std::move(g);
-        } else {
-          t = g.has_value() ? std::move(*g) : at::Tensor();
-        }
-        if (count == detail::ArgsInfo::kNone) {
-          if (t.defined()) {
-            backward_error("got a Tensor as the gradient for input '" + name +
-                           "' but expected None as the gradient because input '" + name +
-                           "' was not a Tensor (it was type NoneType).");
-          }
-        } else {
-          flat.push_back(std::move(t));
-        }
-      }
-      ++arg;
-    });
   }
 
   c10::intrusive_ptr<detail::SavedStateBase> save_boxed(
@@ -590,9 +346,7 @@ class Op final : public OpCore {
   std::function<void(detail::SavedStateBase&, const std::vector<at::Tensor>&,
                      std::vector<at::Tensor>&, std::vector<at::Tensor>&)>
       backward_;
-  const std::type_info* saved_type_ = nullptr;
-  std::string saved_type_name_;
-  const char* saved_type_from_ = "";
+  detail::SavedTypeRecord saved_type_;
 };
 
 /// Defines the op `schema` ("ns::name(Tensor x, float alpha) -> Tensor") with the named

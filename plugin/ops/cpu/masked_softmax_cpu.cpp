@@ -236,8 +236,7 @@ void masked_softmax_kernel(const MaskedSoftmaxCpuParams& p) {
 namespace customop::ops::detail {
 
 at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& a) {
-  check_masked_softmax(a, c10::DeviceType::CPU);
-  const int64_t dim = wrap_dim("masked_softmax", a.dim, a.input.dim());
+  const int64_t dim = check_masked_softmax(a, c10::DeviceType::CPU);
   const at::Tensor x = a.input.contiguous();
   // NB: a broadcast mask is materialised (1 byte per element); a same-shape contiguous one
   // is used in place.

@@ -143,8 +143,7 @@ void max_along_kernel(const MaxAlongCpuParams& p) {
 namespace customop::ops::detail {
 
 MaxAlongResult max_along_cpu(const MaxAlongArgs& a) {
-  check_max_along(a, c10::DeviceType::CPU);
-  const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());
+  const int64_t dim = check_max_along(a, c10::DeviceType::CPU);
   const at::Tensor x = a.input.contiguous();
   const std::vector<int64_t> out_sizes = max_along_out_sizes<int64_t>(x.sizes(), dim, a.keepdim);
   at::Tensor values = at::empty(out_sizes, x.options());

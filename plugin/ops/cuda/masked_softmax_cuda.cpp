@@ -14,9 +14,8 @@
 namespace customop::ops::detail {
 
 at::Tensor masked_softmax_cuda(const MaskedSoftmaxArgs& a) {
-  check_masked_softmax(a, c10::DeviceType::CUDA);
+  const int64_t dim = check_masked_softmax(a, c10::DeviceType::CUDA);
   const c10::cuda::CUDAGuard guard(a.input.device());
-  const int64_t dim = wrap_dim("masked_softmax", a.dim, a.input.dim());
   const at::Tensor x = a.input.contiguous();
   const at::Tensor mask = a.mask ? a.mask->expand(x.sizes()).contiguous() : at::Tensor();
   at::Tensor y = at::empty(x.sizes(), x.options());

@@ -13,9 +13,8 @@
 namespace customop::ops::detail {
 
 MaxAlongResult max_along_cuda(const MaxAlongArgs& a) {
-  check_max_along(a, c10::DeviceType::CUDA);
+  const int64_t dim = check_max_along(a, c10::DeviceType::CUDA);
   const c10::cuda::CUDAGuard guard(a.input.device());
-  const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());
   const at::Tensor x = a.input.contiguous();
   const std::vector<int64_t> out_sizes = max_along_out_sizes<int64_t>(x.sizes(), dim, a.keepdim);
   at::Tensor values = at::empty(out_sizes, x.options());

@@ -6,7 +6,9 @@
 namespace customop::ops::detail {
 
 /// Device, dtype, shape and value checks of masked_softmax for a kernel of `device`.
-void check_masked_softmax(const MaskedSoftmaxArgs& args, c10::DeviceType device);
+/// Returns `dim` wrapped into [0, input.dim()) (0 for a 0-d input), so kernels wrap it once.
+/// Throws c10::Error naming the argument, expected vs actual.
+int64_t check_masked_softmax(const MaskedSoftmaxArgs& args, c10::DeviceType device);
 
 /// The forward kernels (cpu/masked_softmax_cpu.cpp, cuda/masked_softmax_cuda.cpp).
 at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& args);

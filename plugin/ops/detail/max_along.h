@@ -8,7 +8,9 @@
 namespace customop::ops::detail {
 
 /// Device, dtype, shape and value checks of max_along for a kernel of `device`.
-void check_max_along(const MaxAlongArgs& args, c10::DeviceType device);
+/// Returns `dim` wrapped into [0, input.dim()) (0 for a 0-d input), so kernels wrap it once.
+/// Throws c10::Error naming the argument, expected vs actual.
+int64_t check_max_along(const MaxAlongArgs& args, c10::DeviceType device);
 
 /// The returns' shape: input's without `dim` (wrapped), or with size 1 there for keepdim;
 /// 0-d for a 0-d input. `Size` is int64_t (kernels) or c10::SymInt (the fake kernel).
