@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   double eps = 0, atol = 0, rtol = 0;
   double nondet_tol = 0.0;
   bool second_order = false;
+  bool no_layout_variants = false;
   std::string low_precision = "auto";
   std::string json_path, heatmap_dir, samples_path, dump_samples_path;
   std::vector<std::string> libraries;
@@ -136,6 +137,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "float64-reference", "ridders", "central"}));
   app.add_flag("--second-order", second_order,
                "Also check second derivatives (gradgradcheck) of every op");
+  app.add_flag("--no-layout-variants", no_layout_variants,
+               "Skip the layout variants (each input and grad_output also strided and "
+               "transposed, compared with the given layout)");
   app.add_option("--json", json_path, "Write every case's result as JSON to FILE");
   app.add_option("--heatmap", heatmap_dir,
                  "Write PNG heatmaps of |numerical - analytical| of failing pairs into DIR");
@@ -196,6 +200,7 @@ int main(int argc, char** argv) {
   if (app.count("--rtol")) run.check.rtol = rtol;
   run.check.nondet_tol = nondet_tol;
   run.check.check_second_order = second_order;
+  run.check.check_layout_variants = !no_layout_variants;
   run.check.low_precision = low_precision == "ridders"   ? gc::LowPrecisionMethod::kRidders
                             : low_precision == "central" ? gc::LowPrecisionMethod::kCentral
                             : low_precision == "float64-reference"

@@ -5,8 +5,10 @@
 #include <customop/gradcheck/report.h>
 
 #include "detail/checker.h"
+#include "detail/compare.h"
 #include "detail/fake_check.h"
 #include "detail/function.h"
+#include "detail/layout_variants.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -82,26 +84,6 @@ void validate(const BoxedFunction& fn, const torch::jit::Stack& args,
                       t.device(), " but input 0 ('", slots[0].name, "') is on ", *device,
                       "; gradcheck needs every input that requires grad on one device");
   }
-}
-
-detail::CheckConfig make_config(const GradcheckOptions& o, const Tolerances& tol) {
-  detail::CheckConfig cfg;
-  cfg.mode = o.mode;
-  cfg.tol = tol;
-  cfg.nondet_tol = o.nondet_tol;
-  cfg.seed = o.seed;
-  cfg.check_undefined_grad = o.check_undefined_grad;
-  cfg.check_grad_output_scaling = o.check_grad_output_scaling;
-  cfg.check_grad_metadata = o.check_grad_metadata;
-  cfg.check_forward_grad_mode = o.check_forward_grad_mode;
-  cfg.detect_nondifferentiable = o.detect_nondifferentiable;
-  cfg.keep_jacobians = o.keep_jacobians;
-  cfg.low_precision = o.low_precision;
-  cfg.ridders_initial_step = o.ridders_initial_step;
-  cfg.ridders_shrink = o.ridders_shrink;
-  cfg.max_jacobian_entries = o.max_jacobian_entries;
-  cfg.ridders_levels = o.ridders_levels;
-  return cfg;
 }
 
 /// (inputs, grad_outputs) -> grads computed with create_graph: gradgradcheck's function.
@@ -267,8 +249,13 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
   r.tolerances = resolve_tolerances(options, low);
 
   const detail::Function f = detail::make_op_function(fn, args, slots, &r.counts);
-  detail::CheckConfig cfg = make_config(options, r.tolerances);
-  const detail::Checked c = detail::check_function(f, point, cfg, r);
+  const detail::Checked c =
+      detail::check_function(f, point, options, r.tolerances, detail::Order::kFirst, r);
+
+  if (options.check_layout_variants) {
+    const detail::Function fl = detail::make_op_function(fn, args, slots, &r.layout_counts);
+    detail::check_layout_variants(fl, c, options.seed, options.nondet_tol, r);
+  }
 
   if (options.check_second_order && !c.diff.empty()) {
     std::vector<std::string> names;
@@ -283,13 +270,13 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
       at::Tensor go = at::rand(y.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
       point2.push_back(go.to(y.options().requires_grad(false)));
     }
-    detail::CheckConfig cfg2 = cfg;
-    cfg2.second_order = true;
-    cfg2.check_undefined_grad = false;
-    cfg2.check_grad_output_scaling = false;
-    cfg2.check_forward_grad_mode = false;
-    cfg2.seed = options.seed + 1;
-    detail::check_function(g, point2, cfg2, r);
+    // gradgradcheck's checks: the Jacobian (with reentrancy and grad metadata) of the grads.
+    GradcheckOptions second = options;
+    second.check_undefined_grad = false;
+    second.check_grad_output_scaling = false;
+    second.check_forward_grad_mode = false;
+    second.seed = options.seed + 1;
+    detail::check_function(g, point2, second, r.tolerances, detail::Order::kSecond, r);
   }
 
   if (device.is_cuda() && options.check_cuda_against_cpu) {

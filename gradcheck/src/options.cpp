@@ -46,6 +46,7 @@ std::string_view check_name(Check check) {
     case Check::kBackwardError: return "backward_error";
     case Check::kCudaVsCpu: return "cuda_vs_cpu";
     case Check::kFakeKernel: return "fake_kernel";
+    case Check::kLayout: return "layout";
   }
   return "?";
 }

@@ -86,6 +86,7 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
     {"check_cuda_against_cpu", &GradcheckOptions::check_cuda_against_cpu},
     {"check_second_order", &GradcheckOptions::check_second_order},
     {"check_fake_kernel", &GradcheckOptions::check_fake_kernel},
+    {"check_layout_variants", &GradcheckOptions::check_layout_variants},
 };
 
 GradcheckOptions options_from_json(const std::string& text, const std::string& op) {

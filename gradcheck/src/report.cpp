@@ -2,7 +2,6 @@
 
 #include <customop/gradcheck/report.h>
 
-#include "detail/checker.h"
 #include "detail/function.h"
 
 #include <nlohmann/json.hpp>
@@ -95,6 +94,9 @@ nlohmann::json result_json(const GradcheckResult& r) {
           {"outputs", r.outputs},
           {"forward_calls", r.counts.forward_calls},
           {"vjp_calls", r.counts.vjp_calls},
+          {"layout_variants", r.layout_variants},
+          {"layout_forward_calls", r.layout_counts.forward_calls},
+          {"layout_vjp_calls", r.layout_counts.vjp_calls},
           {"failures", failures},
           {"pairs", pairs},
           {"second_order_pairs", pairs2},
@@ -118,6 +120,14 @@ std::string format_report(const GradcheckResult& r) {
   os << ", " << r.device << " " << r.dtype << ", " << mode_name(r.mode)
      << " mode, numerical: " << r.method << ", op evaluations: " << r.counts.forward_calls
      << " forward + " << r.counts.vjp_calls << " backward\n";
+  if (!r.layout_variants.empty()) {
+    os << "  layout variants: " << r.layout_variants.size() << " (";
+    for (std::size_t k = 0; k < r.layout_variants.size(); ++k) {
+      os << (k ? ", " : "") << r.layout_variants[k];
+    }
+    os << "), " << r.layout_counts.forward_calls << " forward + " << r.layout_counts.vjp_calls
+       << " backward more\n";
+  }
   if (r.failures.size() > 1) {
     os << "  also failed:\n";
     for (std::size_t k = 1; k < r.failures.size(); ++k) {

@@ -1,11 +1,11 @@
 #pragma once
-// The checks of one Function at one point: Jacobians (slow or fast), reentrancy, grad
-// metadata, grad_output scaling, undefined grads, forward under grad mode, outputs not
-// connected to inputs. Used for the first order and, on (inputs, grad_outputs) -> grads,
-// for the second order. Internal to customop_gradcheck.
+// The checks of one Function at one point, one function each, in the order torch's gradcheck
+// runs them: forward under grad mode (Ceres' extra), Jacobians (slow or fast; kinks reported as
+// such) with the reentrancy and grad-metadata checks on the same VJPs, outputs not connected
+// to any input, grad_output scaling, undefined output grads. Used for the first order and, on
+// (inputs, grad_outputs) -> grads, for the second order. Internal to customop_gradcheck.
 
 #include "detail/function.h"
-#include "detail/numerical.h"
 
 #include <customop/gradcheck/options.h>
 #include <customop/gradcheck/result.h>
@@ -16,24 +16,9 @@
 
 namespace customop::gradcheck::detail {
 
-struct CheckConfig {
-  Mode mode = Mode::kSlow;
-  Tolerances tol{};
-  double nondet_tol = 0;
-  std::uint64_t seed = 0;
-  bool check_undefined_grad = true;
-  bool check_grad_output_scaling = true;
-  bool check_grad_metadata = true;
-  bool check_forward_grad_mode = true;
-  bool detect_nondifferentiable = true;
-  bool keep_jacobians = false;
-  std::int64_t max_jacobian_entries = std::int64_t{1} << 24;
-  LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
-  double ridders_initial_step = 1e-2;
-  double ridders_shrink = 2.0;
-  int ridders_levels = 6;
-  bool second_order = false;  // marks failures and fills second_order_pairs
-};
+/// Which derivative a check is of: failures of the second are marked "second order:" and its
+/// pairs go to GradcheckResult::second_order_pairs.
+enum class Order : std::uint8_t { kFirst, kSecond };
 
 /// What the first-order pass leaves for the passes after it.
 struct Checked {
@@ -43,10 +28,13 @@ struct Checked {
   std::vector<std::string> output_names;
 };
 
-/// Runs every check of `f` at `point` and records them in `result`. The function's own errors
-/// (from its forward) propagate; backward errors become failures.
+/// Runs every check `options` asks for on `f` at `point`, with tolerances `tol` (already
+/// resolved for the point's dtype), and records them in `result`. The function's own errors
+/// (from its forward) propagate; backward errors become failures. Throws c10::ValueError
+/// when slow mode would build more than options.max_jacobian_entries entries.
 Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
-                       const CheckConfig& cfg, GradcheckResult& result);
+                       const GradcheckOptions& options, const Tolerances& tol, Order order,
+                       GradcheckResult& result);
 
 /// One backward pass; counts it.
 std::vector<at::Tensor> vjp(const std::vector<at::Tensor>& outputs,
@@ -60,8 +48,5 @@ void add_failure(GradcheckResult& result, Check check, bool second_order, int ou
 
 /// Least precise floating dtype among `tensors` (float64 when all are).
 c10::ScalarType lowest_precision(const std::vector<at::Tensor>& tensors);
-
-/// "1.234568e-03".
-std::string sci(double v);
 
 }  // namespace customop::gradcheck::detail

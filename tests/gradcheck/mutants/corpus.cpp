@@ -45,6 +45,10 @@ const std::vector<CorpusEntry>& corpus() {
        "off-by-one index in the scatter", "jacobian"},
       {"customop_mutants::sincos_swapped_grads", "customop_mutants::sincos",
        "uses the other output's grad", "jacobian"},
+      {"customop_mutants::scale_contiguous_grad_output", "customop_mutants::scale",
+       "backward reads grad_output's memory as if contiguous", "layout"},
+      {"customop_mutants::cube_contiguous_input", "customop_mutants::cube",
+       "forward reads its input's memory as if contiguous", "layout"},
       {"customop_mutants::f32_softplus_scale_1pct", "customop_mutants::f32_softplus",
        "1% scale error in a float32-only kernel", "jacobian", true},
   };

@@ -34,6 +34,11 @@ std::vector<std::pair<std::string, XArgs>> x_samples(c10::Device d, c10::ScalarT
   return {{"vector [4]", {sample({4}, d, t)}}, {"transposed [3, 2]", {sample({2, 3}, d, t).t()}}};
 }
 
+// Contiguous inputs only, as many users' samples are.
+std::vector<std::pair<std::string, XArgs>> contiguous_x_samples(c10::Device d, c10::ScalarType t) {
+  return {{"vector [4]", {sample({4}, d, t)}}, {"matrix [2, 3]", {sample({2, 3}, d, t)}}};
+}
+
 std::vector<std::pair<std::string, XArgs>> x_samples_away_from_zero(c10::Device d,
                                                                     c10::ScalarType t) {
   return {{"vector [5] away from the kink", {sample({5}, d, t, true)}},
@@ -131,6 +136,28 @@ void register_elementwise() {
                               "this backward cannot handle it");
                   return 3 * x * x * g;
                 });
+
+    // The backward reads grad_output's memory as if it were contiguous (data_ptr() without the
+    // strides): right for every contiguous grad_output, so finite differences never see it.
+    define_scale("customop_mutants::scale_contiguous_grad_output(Tensor x, float alpha) -> Tensor",
+                 [](double alpha, const at::Tensor& g) {
+                   return at::from_blob(g.data_ptr(), g.sizes(), g.options()).clone() * alpha;
+                 });
+
+    // The forward reads its input's memory as if it were contiguous.
+    auto& cube_flat =
+        customop::define<XArgs>("customop_mutants::cube_contiguous_input(Tensor x) -> Tensor");
+    auto cube_flat_kernel = [](const XArgs& a) {
+      const at::Tensor x = at::from_blob(a.x.data_ptr(), a.x.sizes(), a.x.options()).clone();
+      return x * x * x;
+    };
+    cube_flat.impl(c10::DeviceType::CPU, cube_flat_kernel);
+    cube_flat.impl(c10::DeviceType::CUDA, cube_flat_kernel);
+    cube_flat.impl_save_for_backward([](const XArgs& a, const at::Tensor&) { return XSaved{a.x}; });
+    cube_flat.impl_backward([](const XSaved& s, const at::Tensor& g) {
+      return Grads{{"x", 3 * s.x * s.x * g}};
+    });
+    cube_flat.samples(&contiguous_x_samples);
 
     // relu, sampled away from the kink.
     auto& relu = customop::define<XArgs>("customop_mutants::relu(Tensor x) -> Tensor");

@@ -127,6 +127,13 @@ struct GradcheckOptions {
   /// (what torch.library.opcheck's test_faketensor checks, without Python). Its cost: one
   /// real and one fake forward call per case.
   bool check_fake_kernel = true;
+  /// Also run the op with each differentiable input, and give the VJP each grad_output, in
+  /// non-contiguous layouts (a strided view of a larger buffer; the last two dims transposed
+  /// where 2-D or more), and require the outputs and grads of the given layout to rounding:
+  /// kernels that read memory as if contiguous pass finite differences on one layout but
+  /// not this. Its cost, counted apart in GradcheckResult::layout_counts: per input
+  /// variant one forward call and one VJP; per grad_output variant one VJP; plus one VJP.
+  bool check_layout_variants = true;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
   /// Ridders: first step relative to max(1, |x|) (Ceres: 1e-2), shrink factor per level

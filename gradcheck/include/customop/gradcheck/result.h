@@ -29,6 +29,7 @@ enum class Check : std::uint8_t {
   kCudaVsCpu,                ///< CUDA outputs or grads differ from the CPU ones
   kFakeKernel,               ///< the fake (Meta) kernel's outputs differ in count, shape,
                              ///< dtype, strides or device from the real kernel's, or it raised
+  kLayout,  ///< an input or grad_output in a non-contiguous layout changed outputs or grads
 };
 
 /// Stable short name of a check ("jacobian", "reentrancy", ...), used in JSON.
@@ -112,6 +113,10 @@ struct GradcheckResult {
   std::vector<Failure> failures;   ///< in the order the checks ran; Jacobian ones first
   std::vector<std::string> notes;  ///< what was skipped or substituted, and why
   OpCounts counts;
+  /// The layout variants that ran ("x: strided", "grad_output y: transposed"), and what they
+  /// cost (apart from `counts`, which stays comparable with torch.autograd.gradcheck's).
+  std::vector<std::string> layout_variants;
+  OpCounts layout_counts;
 
   /// The full text report (format_report in report.h); its first line is the first
   /// failure's headline, or "gradcheck passed".

@@ -1,0 +1,36 @@
+#pragma once
+// The layout-variant check: the op at the same point with one input, or one grad_output, in
+// a non-contiguous layout must give the outputs and grads of the given layout. It catches
+// kernels that read memory as if it were contiguous (data_ptr() without the strides), which
+// finite differences on one layout never see. Internal to customop_gradcheck.
+
+#include "detail/checker.h"
+#include "detail/function.h"
+
+#include <customop/gradcheck/options.h>
+#include <customop/gradcheck/result.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace customop::gradcheck::detail {
+
+/// Runs the variants of every differentiable input (`c.leaves`) and output (`c.diff`):
+///   - "strided": every second element of a buffer twice as long in the last dim, whose other
+///     elements are NaN (a kernel reading past the view's strides sees NaN);
+///   - "transposed": the last two dims stored swapped (2-D and more, when not contiguous then);
+/// an input variant is evaluated under grad mode and its outputs and grads (for seeded
+/// grad_outputs) compared with the given layout's; a grad_output variant is handed to the
+/// VJP of the given layout's outputs and its grads compared. Equal means equal to rounding:
+/// |a - b| <= 64 * eps(dtype) * max(1, max |b|) (+ `nondet_tol` for grads, which a backward
+/// may vary by), NaN where the other has NaN; grads are not compared when the reentrancy check
+/// failed (a nondeterministic backward says nothing about layouts). `f` counts its
+/// forward calls into result.layout_counts; the VJPs are counted there too. A mismatch, or an
+/// error raised only for the variant, is a Check::kLayout failure naming the variant and the
+/// argument. Records the variants that ran in result.layout_variants.
+void check_layout_variants(const Function& f, const Checked& c, std::uint64_t seed,
+                           double nondet_tol, GradcheckResult& result);
+
+}  // namespace customop::gradcheck::detail
