@@ -70,10 +70,8 @@ endif()
 
 # Public headers: customop/*.h (core, customop/ops/*.h) and customop/gradcheck/*.h.
 foreach(_dir plugin/include gradcheck/include)
-  if(IS_DIRECTORY "${PROJECT_SOURCE_DIR}/${_dir}")
-    install(DIRECTORY "${PROJECT_SOURCE_DIR}/${_dir}/" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-            COMPONENT customop_development FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
-  endif()
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/${_dir}/" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          COMPONENT customop_development FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 endforeach()
 
 if(_customop_export_targets)

@@ -84,13 +84,8 @@ cudaError_t launch_bias_gelu_fwd(const BiasGeluParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (p.n_rows == 0 || p.cols == 0) return cudaSuccess;
   if (p.input == nullptr || p.bias == nullptr || p.output == nullptr) return cudaErrorInvalidValue;
-  switch (p.dtype) {
-    case DType::kFloat32: return launch_typed<float>(p, stream);
-    case DType::kFloat64: return launch_typed<double>(p, stream);
-    case DType::kFloat16: return launch_typed<__half>(p, stream);
-    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return dispatch_floating(
+      p.dtype, [&](auto t) { return launch_typed<typename decltype(t)::type>(p, stream); });
 }
 
 }  // namespace customop::cuda_kernels

@@ -31,12 +31,20 @@ struct BiasGeluParams {
   DType dtype = DType::kFloat32;
 };
 
-/// Enqueue y = gelu(x + bias) on `stream`, s = x + bias rounded to dtype first (as the two
-/// ATen ops input + bias, then gelu), gelu computed in float32 (float64 for kFloat64).
-/// Grid-stride elementwise kernel with 16-byte vector loads when D and the pointers allow.
-/// Returns cudaErrorInvalidValue for negative sizes, null pointers, approximate not in {0, 1} or an
-/// unknown dtype; cudaSuccess without launching when N * D == 0; else cudaGetLastError() right
-/// after the launch (kernel faults surface at the next synchronising call). Never throws.
+/// Enqueues y = gelu(x + bias) on `stream` (torch.nn.functional.gelu(input + bias)).
+/// s = x + bias is rounded to dtype first (as the two ATen ops input + bias, then gelu), gelu
+/// computed in float32 (float64 for kFloat64). Grid-stride elementwise kernel with 16-byte
+/// vector loads when D and the pointers allow.
+/// \param p       the launch: device pointers, sizes in elements, dtype (see the fields of
+///                BiasGeluParams: shapes x, y [N, D], bias [D])
+/// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
+///                input's device)
+/// \returns cudaErrorInvalidValue for negative sizes, null pointers, approximate not in {0, 1}
+///          or an unknown dtype; cudaSuccess without launching when N * D == 0; else
+///          cudaGetLastError() right after the launch (kernel faults surface at the next
+///          synchronising call)
+/// \throws nothing: errors are returned
+/// Example:
 ///   BiasGeluParams p{.input = x, .bias = b, .output = y, .n_rows = n, .cols = d,
 ///                    .approximate = 1, .dtype = DType::kBFloat16};
 ///   C10_CUDA_CHECK(launch_bias_gelu_fwd(p, at::cuda::getCurrentCUDAStream()));

@@ -67,13 +67,8 @@ cudaError_t launch_clamp_count_fwd(const ClampCountParams& p, cudaStream_t strea
   if (p.numel < 0) return cudaErrorInvalidValue;
   if (p.numel == 0) return cudaSuccess;
   if (p.input == nullptr || p.output == nullptr || p.count == nullptr) return cudaErrorInvalidValue;
-  switch (p.dtype) {
-    case DType::kFloat32: return launch_typed<float>(p, stream);
-    case DType::kFloat64: return launch_typed<double>(p, stream);
-    case DType::kFloat16: return launch_typed<__half>(p, stream);
-    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return dispatch_floating(
+      p.dtype, [&](auto t) { return launch_typed<typename decltype(t)::type>(p, stream); });
 }
 
 }  // namespace customop::cuda_kernels

@@ -32,15 +32,21 @@ struct ClampCountParams {
   DType dtype = DType::kFloat32;
 };
 
-/// Enqueue y = min(max(x, min), max) elementwise (NaN stays NaN, as torch.clamp) on `stream`,
-/// and add to *count the number of elements with x < min or x > max (NaN counts as neither).
+/// Enqueues y = min(max(x, min), max) elementwise on `stream` and adds to *count the number
+/// of elements with x < min or x > max (torch.clamp; NaN stays NaN and counts as neither).
 /// min and max are rounded to dtype before use, as ATen converts a Scalar bound (and as the
 /// comparison x < min against a Python scalar does). Grid-stride kernel, 16-byte vector loads
 /// when the pointers allow; per-block count reduced with warp shuffles, one atomicAdd per block.
-/// Returns cudaErrorInvalidValue for a negative numel, null pointers or an unknown dtype;
-/// cudaSuccess without launching (and without touching *count) when numel == 0; else
-/// cudaGetLastError() right after the launch (kernel faults surface at the next synchronising
-/// call). Never throws.
+/// \param p       the launch: device pointers, sizes in elements, dtype (see the fields of
+///                ClampCountParams: shapes x, y [numel], *count one int64)
+/// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
+///                input's device)
+/// \returns cudaErrorInvalidValue for a negative numel, null pointers or an unknown dtype;
+///          cudaSuccess without launching (and without touching *count) when numel == 0; else
+///          cudaGetLastError() right after the launch (kernel faults surface at the next
+///          synchronising call)
+/// \throws nothing: errors are returned
+/// Example:
 ///   ClampCountParams p{.input = x, .output = y, .count = d_count, .numel = n,
 ///                      .min = -1.0, .max = 1.0, .dtype = DType::kFloat32};
 ///   C10_CUDA_CHECK(launch_clamp_count_fwd(p, at::cuda::getCurrentCUDAStream()));

@@ -7,6 +7,7 @@
 // everything that needs nvcc sits behind `#if defined(__CUDACC__)`.
 
 #include <cstdint>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -30,6 +31,31 @@ __host__ __device__ inline constexpr std::int64_t ceil_div(std::int64_t a, std::
 #include <cuda_runtime.h>
 
 namespace customop::cuda_kernels::detail {
+
+/// An element type passed as a value, so that a generic lambda can name it:
+/// `[&](auto t) { using T = typename decltype(t)::type; ... }`. NB: std::type_identity is
+/// C++20, and nvcc compiles these files as C++17 under CMake 3.25.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// The dtype switch of every launcher, written once: returns fn(TypeTag<T>{}) with T the
+/// element type `dtype` names (float, double, __half, __nv_bfloat16), or cudaErrorInvalidValue
+/// for a value outside DType.
+///   return dispatch_floating(p.dtype, [&](auto t) {
+///     return launch_typed<typename decltype(t)::type>(p, stream);
+///   });
+template <typename Fn>
+cudaError_t dispatch_floating(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return std::forward<Fn>(fn)(TypeTag<float>{});
+    case DType::kFloat64: return std::forward<Fn>(fn)(TypeTag<double>{});
+    case DType::kFloat16: return std::forward<Fn>(fn)(TypeTag<__half>{});
+    case DType::kBFloat16: return std::forward<Fn>(fn)(TypeTag<__nv_bfloat16>{});
+  }
+  return cudaErrorInvalidValue;
+}
 
 inline constexpr int kWarpSize = 32;
 inline constexpr unsigned kFullMask = 0xffffffffu;

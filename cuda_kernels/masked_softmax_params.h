@@ -36,16 +36,23 @@ struct MaskedSoftmaxParams {
   DType dtype = DType::kFloat32;
 };
 
-/// Enqueue y = exp(x - m) / sum(exp(x - m)) over the kept elements of each slice along the
-/// middle dim (m = max of the kept elements), y = 0 where masked, on `stream`. Computed in
-/// float32 (float64 for kFloat64). As torch.softmax: a NaN among the kept elements, or a kept
-/// +inf, or kept elements that are all -inf, make the slice's kept outputs NaN.
-/// inner == 1: one warp (size <= 1024) or one block per slice, 16-byte vector loads;
-/// inner > 1: one thread per slice (or, below 65536 slices, a block per up to 32 slices splitting
-/// the softmax dim), reading coalesced along inner.
-/// Returns cudaErrorInvalidValue for negative sizes, null input/output or an unknown dtype;
-/// cudaSuccess without launching when outer * size * inner == 0; else cudaGetLastError() right
-/// after the launch (kernel faults surface at the next synchronising call). Never throws.
+/// Enqueues a softmax over the kept elements of each slice along the middle dim on `stream`:
+/// y = exp(x - m) / sum(exp(x - m)) with m the max of the kept elements, y = 0 where masked.
+/// Computed in float32 (float64 for kFloat64). As torch.softmax: a NaN among the kept
+/// elements, or a kept +inf, or kept elements that are all -inf, make the slice's kept outputs
+/// NaN. inner == 1: one warp (size <= 1024) or one block per slice, 16-byte vector loads;
+/// inner > 1: one thread per slice (or, below 65536 slices, a block per up to 32 slices
+/// splitting the softmax dim), reading coalesced along inner.
+/// \param p       the launch: device pointers, sizes in elements, dtype (see the fields of
+///                MaskedSoftmaxParams: shapes x, y and mask [outer, size, inner])
+/// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
+///                input's device)
+/// \returns cudaErrorInvalidValue for negative sizes, null input/output or an unknown dtype;
+///          cudaSuccess without launching when outer * size * inner == 0; else
+///          cudaGetLastError() right after the launch (kernel faults surface at the next
+///          synchronising call)
+/// \throws nothing: errors are returned
+/// Example:
 ///   MaskedSoftmaxParams p{.input = x, .mask = m, .output = y, .outer = b * h,
 ///                         .size = s, .inner = 1, .dtype = DType::kFloat16};
 ///   C10_CUDA_CHECK(launch_masked_softmax_fwd(p, at::cuda::getCurrentCUDAStream()));

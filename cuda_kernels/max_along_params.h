@@ -35,15 +35,22 @@ struct MaxAlongParams {
   DType dtype = DType::kFloat32;
 };
 
-/// Enqueue the max over the middle dim of [outer, size, inner] on `stream`, writing values
-/// [outer, inner] and int64 indices [outer, inner] (torch.max(input, dim) semantics for NaN
-/// and ties). inner == 1: one warp (size <= 1024) or one block per row with 16-byte vector
-/// loads; inner > 1: one thread per output (or, below 65536 outputs, a block per up to 32 outputs
-/// splitting the reduced dim), reading coalesced along inner.
-/// Returns cudaErrorInvalidValue for negative sizes, size == 0 with outer * inner > 0, null
-/// pointers or an unknown dtype; cudaSuccess without launching when outer * inner == 0; else
-/// cudaGetLastError() right after the launch (kernel faults surface at the next synchronising
-/// call). Never throws.
+/// Enqueues the max over the middle dim of [outer, size, inner] on `stream`, with its index
+/// (torch.max(input, dim) semantics for NaN and ties). inner == 1: one warp (size <= 1024) or
+/// one block per row with 16-byte vector loads; inner > 1: one thread per output (or, below
+/// 65536 outputs, a block per up to 32 outputs splitting the reduced dim), reading coalesced
+/// along inner.
+/// \param p       the launch: device pointers, sizes in elements, dtype (see the fields of
+///                MaxAlongParams: shapes x [outer, size, inner], values and indices
+///                [outer, inner])
+/// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
+///                input's device)
+/// \returns cudaErrorInvalidValue for negative sizes, size == 0 with outer * inner > 0, null
+///          pointers or an unknown dtype; cudaSuccess without launching when
+///          outer * inner == 0; else cudaGetLastError() right after the launch (kernel faults
+///          surface at the next synchronising call)
+/// \throws nothing: errors are returned
+/// Example:
 ///   MaxAlongParams p{.input = x, .values = v, .indices = idx, .outer = 8, .size = 1000,
 ///                    .inner = 1, .dtype = DType::kFloat32};
 ///   C10_CUDA_CHECK(launch_max_along_fwd(p, at::cuda::getCurrentCUDAStream()));

@@ -33,13 +33,19 @@ struct RmsNormParams {
   DType dtype = DType::kFloat32;
 };
 
-/// Enqueue y = x * rsqrt(mean(x^2 over the last dim) + eps) * weight on `stream`.
+/// Enqueues y = x * rsqrt(mean(x^2 over the last dim) + eps) * weight on `stream`.
 /// Computes in float32 (float64 for kFloat64) and rounds to dtype once, as ATen's
 /// rms_norm_composite / _fused_rms_norm. One warp per row when D <= 1024, else one block per
 /// row; 16-byte vector loads when D and the pointers allow.
-/// Returns cudaErrorInvalidValue for negative sizes, null pointers or an unknown dtype; cudaSuccess
-/// without launching when N * D == 0; else cudaGetLastError() right after the launch (kernel faults
-/// surface at the next synchronising call). Never throws.
+/// \param p       the launch: device pointers, sizes in elements, dtype (see the fields of
+///                RmsNormParams: shapes x, y [N, D], weight [D])
+/// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
+///                input's device)
+/// \returns cudaErrorInvalidValue for negative sizes, null pointers or an unknown dtype;
+///          cudaSuccess without launching when N * D == 0; else cudaGetLastError() right after
+///          the launch (kernel faults surface at the next synchronising call)
+/// \throws nothing: errors are returned
+/// Example:
 ///   RmsNormParams p{.input = x, .weight = w, .output = y, .rows = n, .cols = d,
 ///                   .eps = 1e-6, .dtype = DType::kFloat16};
 ///   C10_CUDA_CHECK(launch_rms_norm_fwd(p, at::cuda::getCurrentCUDAStream()));

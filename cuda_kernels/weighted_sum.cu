@@ -89,13 +89,8 @@ cudaError_t launch_weighted_sum_fwd(const WeightedSumParams& p, cudaStream_t str
   if (p.output == nullptr || (p.k > 0 && (p.inputs == nullptr || p.weights == nullptr))) {
     return cudaErrorInvalidValue;
   }
-  switch (p.dtype) {
-    case DType::kFloat32: return launch_typed<float>(p, stream);
-    case DType::kFloat64: return launch_typed<double>(p, stream);
-    case DType::kFloat16: return launch_typed<__half>(p, stream);
-    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return dispatch_floating(
+      p.dtype, [&](auto t) { return launch_typed<typename decltype(t)::type>(p, stream); });
 }
 
 }  // namespace customop::cuda_kernels

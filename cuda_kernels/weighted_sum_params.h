@@ -31,13 +31,19 @@ struct WeightedSumParams {
   DType dtype = DType::kFloat32;
 };
 
-/// Enqueue y[i] = sum_k w_k * x_k[i] on `stream`, accumulated in float32 (float64 for
+/// Enqueues y[i] = sum_k w_k * x_k[i] on `stream`, accumulated in float32 (float64 for
 /// kFloat64) and rounded to dtype once. Grid-stride elementwise kernel; 16-byte vector loads
 /// when the output and every x_k are 16-byte aligned (checked on the device, since the
 /// pointer table lives there).
-/// Returns cudaErrorInvalidValue for negative sizes, null pointers or an unknown dtype; cudaSuccess
-/// without launching when numel == 0; else cudaGetLastError() right after the launch (kernel faults
-/// surface at the next synchronising call). Never throws.
+/// \param p       the launch: device pointers, sizes in elements, dtype (see the fields of
+///                WeightedSumParams: shapes K inputs and y [numel], weights [K])
+/// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
+///                input's device)
+/// \returns cudaErrorInvalidValue for negative sizes, null pointers or an unknown dtype;
+///          cudaSuccess without launching when numel == 0; else cudaGetLastError() right after
+///          the launch (kernel faults surface at the next synchronising call)
+/// \throws nothing: errors are returned
+/// Example:
 ///   WeightedSumParams p{.inputs = d_ptrs, .weights = d_w, .output = y, .k = 3,
 ///                       .numel = n, .dtype = DType::kFloat32};
 ///   C10_CUDA_CHECK(launch_weighted_sum_fwd(p, at::cuda::getCurrentCUDAStream()));

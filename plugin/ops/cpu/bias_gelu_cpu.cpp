@@ -92,11 +92,7 @@ void run(const BiasGeluCpuParams& p) {
 }  // namespace
 
 void bias_gelu_kernel(const BiasGeluCpuParams& p) {
-  if (p.dtype == c10::ScalarType::Double) {
-    run<double>(p);
-  } else {
-    run<float>(p);
-  }
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY

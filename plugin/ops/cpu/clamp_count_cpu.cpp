@@ -58,7 +58,7 @@ int64_t run(const ClampCountCpuParams& p) {
 }  // namespace
 
 int64_t clamp_count_kernel(const ClampCountCpuParams& p) {
-  return p.dtype == c10::ScalarType::Double ? run<double>(p) : run<float>(p);
+  return dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { return run<T>(p); });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY

@@ -8,7 +8,11 @@
 // best build through CUSTOMOP_CPU_DISPATCH. NB: include nothing with static initializers in
 // the part of a kernel file the AVX builds see: they would run on CPUs without AVX.
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace customop::ops::cpu {
 
@@ -22,6 +26,16 @@ enum class Capability { kDefault, kAvx2, kAvx512 };
 /// The best build this machine runs: ATen's choice (at::get_cpu_capability(), which honours
 /// ATEN_CPU_CAPABILITY=default|avx2|avx512), capped at the builds compiled in. Cached.
 Capability capability();
+
+/// The dtype switch of every CPU kernel, written once: returns
+/// fn(std::type_identity<T>{}) with T = double for kDouble, else float (the ops' checks let
+/// only float32 and float64 reach a CPU kernel).
+///   dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
+template <class Fn>
+decltype(auto) dispatch_floating(c10::ScalarType dtype, Fn&& fn) {
+  if (dtype == c10::ScalarType::Double) return std::forward<Fn>(fn)(std::type_identity<double>{});
+  return std::forward<Fn>(fn)(std::type_identity<float>{});
+}
 
 }  // namespace customop::ops::cpu
 

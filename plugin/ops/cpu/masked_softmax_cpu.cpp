@@ -216,11 +216,7 @@ void run(const MaskedSoftmaxCpuParams& p) {
 }  // namespace
 
 void masked_softmax_kernel(const MaskedSoftmaxCpuParams& p) {
-  if (p.dtype == c10::ScalarType::Double) {
-    run<double>(p);
-  } else {
-    run<float>(p);
-  }
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY

@@ -123,11 +123,7 @@ void run(const MaxAlongCpuParams& p) {
 }  // namespace
 
 void max_along_kernel(const MaxAlongCpuParams& p) {
-  if (p.dtype == c10::ScalarType::Double) {
-    run<double>(p);
-  } else {
-    run<float>(p);
-  }
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY

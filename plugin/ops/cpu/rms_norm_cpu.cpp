@@ -89,11 +89,7 @@ void run(const RmsNormCpuParams& p) {
 }  // namespace
 
 void rms_norm_kernel(const RmsNormCpuParams& p) {
-  if (p.dtype == c10::ScalarType::Double) {
-    run<double>(p);
-  } else {
-    run<float>(p);
-  }
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY

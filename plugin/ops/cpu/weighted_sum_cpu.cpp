@@ -75,11 +75,7 @@ void run(const WeightedSumCpuParams& p) {
 }  // namespace
 
 void weighted_sum_kernel(const WeightedSumCpuParams& p) {
-  if (p.dtype == c10::ScalarType::Double) {
-    run<double>(p);
-  } else {
-    run<float>(p);
-  }
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY

@@ -55,8 +55,9 @@ struct BoxedFunction {
 /// grad. In messages, output i counts differentiable outputs and input j counts inputs that
 /// require grad (torch's numbering), followed by the argument's schema name.
 /// \param op       the operator; called through the dispatcher (autograd included)
-/// \param args     its arguments in schema order; tensors on one device (CPU or CUDA);
-///                 they are not modified (the check perturbs copies of the same strides)
+/// \param args     its arguments in schema order; tensors of any shape, float64 / float32 /
+///                 float16 / bfloat16 where they require grad, all on one device (CPU or
+///                 CUDA); they are not modified (the check perturbs copies of the same strides)
 /// \param options  see GradcheckOptions
 /// \returns        the result; `passed` is false when a check failed (raise_exception off)
 /// \throws c10::ValueError when no input requires grad, or an input that requires grad has a
@@ -64,14 +65,31 @@ struct BoxedFunction {
 ///         or not (torch does the same).
 /// \throws the op's own errors, unchanged, whenever the forward raises.
 /// \throws GradcheckError when a check failed and raise_exception is on.
+/// Example:
+///   auto op = c10::Dispatcher::singleton().findSchemaOrThrow("customop::rms_norm", "");
+///   torch::jit::Stack args{torch::randn({4, 8}, torch::kDouble).requires_grad_(),
+///                          torch::ones({8}, torch::kDouble), 1e-6};
+///   auto r = customop::gradcheck::gradcheck(op, args, {.raise_exception = false});
 GradcheckResult gradcheck(const c10::OperatorHandle& op, const torch::jit::Stack& args,
                           const GradcheckOptions& options = {});
 
-/// Same for a customop op given by its core (the CUDA/CPU comparison uses has_kernel(CPU)).
+/// Checks the gradients of a customop op given by its core; the CUDA/CPU comparison runs
+/// when it has a CPU kernel (has_kernel(CPU)).
+/// \param op       the op's core (an `Op<Args, Ret>` converts to it)
+/// \param args     as for the c10::OperatorHandle overload
+/// \param options  see GradcheckOptions
+/// \returns, \throws as the c10::OperatorHandle overload.
+/// Example:
+///   const customop::OpCore& core = customop::ops::rms_norm_op();
+///   auto r = customop::gradcheck::gradcheck(core, args);
 GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
                           const GradcheckOptions& options = {});
 
-/// Same for a typed customop op and its args struct.
+/// Checks the gradients of a typed customop op at an args struct.
+/// \param op       the op, as `customop::define<Args, Ret>` returned it
+/// \param args     its args struct; tensor fields as `args` of the c10::OperatorHandle overload
+/// \param options  see GradcheckOptions
+/// \returns, \throws as the c10::OperatorHandle overload.
 /// Example:
 ///   auto r = customop::gradcheck::gradcheck(op, ScaleArgs{.x = x.requires_grad_(), .alpha = 5});
 template <class Args, class Ret>
@@ -80,13 +98,28 @@ GradcheckResult gradcheck(const Op<Args, Ret>& op, const Args& args,
   return gradcheck(static_cast<const OpCore&>(op), Op<Args, Ret>::to_stack(args), options);
 }
 
-/// Same for any boxed function (tests, Python-free callables).
+/// Checks the gradients of any boxed function (tests, Python-free callables).
+/// \param fn       the function, its argument and return names
+/// \param args     as for the c10::OperatorHandle overload, in the order `fn.call` pops them
+/// \param options  see GradcheckOptions
+/// \returns, \throws as the c10::OperatorHandle overload.
+/// Example:
+///   BoxedFunction fn{.name = "square", .arg_names = {"x"}, .return_names = {"y"},
+///                    .call = [](auto& s) { s.back() = s.back().toTensor().square(); }};
+///   auto r = gradcheck(fn, {torch::randn({3}, torch::kDouble).requires_grad_()});
 GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args,
                           const GradcheckOptions& options = {});
 
-/// gradcheck with the second-order check on (torch.autograd.gradgradcheck): random
-/// grad_outputs in [-1, 1] (seeded), then the Jacobian of (inputs, grad_outputs) -> grads
-/// computed with create_graph. The first-order checks run as well.
+/// Checks first and second order (torch.autograd.gradgradcheck): gradcheck with
+/// check_second_order on: random grad_outputs in [-1, 1] (seeded), then the Jacobian of
+/// (inputs, grad_outputs) -> grads computed with create_graph.
+/// \param op       any `op` gradcheck takes (dispatcher op, OpCore, Op<Args, Ret>, BoxedFunction)
+/// \param args     the matching arguments (a torch::jit::Stack, or the args struct)
+/// \param options  see GradcheckOptions; check_second_order is set here
+/// \returns, \throws as gradcheck.
+/// Example:
+///   auto r = customop::gradcheck::gradgradcheck(op, ScaleArgs{.x = x.requires_grad_()});
+///   EXPECT_TRUE(r.passed) << r.message();
 template <class OpT, class ArgsT>
 GradcheckResult gradgradcheck(const OpT& op, const ArgsT& args, GradcheckOptions options = {}) {
   options.check_second_order = true;

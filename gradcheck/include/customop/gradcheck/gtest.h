@@ -19,8 +19,16 @@
 
 namespace customop::gradcheck {
 
-/// The assertion behind EXPECT_GRADCHECK: success when every check passes; a failure (not an
-/// exception) when a check fails or the inputs are invalid. The op's own errors propagate.
+/// Runs gradcheck as a GoogleTest assertion (the one behind EXPECT_GRADCHECK).
+/// \param op_text  the op as written at the call site, for the failure message
+/// \param op       any `op` gradcheck takes
+/// \param args     the matching arguments (a torch::jit::Stack, or the args struct)
+/// \param options  see GradcheckOptions; raise_exception is turned off here
+/// \returns success when every check passes; a failure (the full report, with the seed) when
+///          a check fails or the inputs are invalid (c10::ValueError)
+/// \throws the op's own errors, unchanged.
+/// Example:
+///   EXPECT_TRUE(customop::gradcheck::gtest_gradcheck("scale_op()", scale_op(), args));
 template <class OpT, class ArgsT>
 ::testing::AssertionResult gtest_gradcheck(const char* op_text, const OpT& op, const ArgsT& args,
                                            GradcheckOptions options = {}) {
@@ -39,10 +47,14 @@ template <class OpT, class ArgsT>
 
 }  // namespace customop::gradcheck
 
-/// Non-fatal: EXPECT_GRADCHECK(op, args[, options]).
+/// Non-fatal gradcheck assertion: EXPECT_GRADCHECK(op, args[, options]); see gtest_gradcheck.
+/// Example:
+///   EXPECT_GRADCHECK(scale_op(), ScaleArgs{.x = x.requires_grad_(), .alpha = 2.0});
 #define EXPECT_GRADCHECK(op, ...)                                             \
   GTEST_ASSERT_(::customop::gradcheck::gtest_gradcheck(#op, op, __VA_ARGS__), \
                 GTEST_NONFATAL_FAILURE_)
-/// Fatal: ASSERT_GRADCHECK(op, args[, options]).
+/// Fatal gradcheck assertion: ASSERT_GRADCHECK(op, args[, options]); see gtest_gradcheck.
+/// Example:
+///   ASSERT_GRADCHECK(scale_op(), ScaleArgs{.x = x.requires_grad_(), .alpha = 2.0});
 #define ASSERT_GRADCHECK(op, ...) \
   GTEST_ASSERT_(::customop::gradcheck::gtest_gradcheck(#op, op, __VA_ARGS__), GTEST_FATAL_FAILURE_)

@@ -35,7 +35,12 @@ enum class Mode : std::uint8_t {
   kFast,
 };
 
-/// "slow" / "fast".
+/// Names a mode, as reports and the CLI spell it.
+/// \param mode  the mode
+/// \returns "slow" / "fast"
+/// \throws nothing.
+/// Example:
+///   std::cout << customop::gradcheck::mode_name(opt.mode);
 std::string_view mode_name(Mode mode);
 
 /// How the numerical Jacobian is computed when a differentiable input is float32 (or
@@ -59,7 +64,12 @@ enum class LowPrecisionMethod : std::uint8_t {
   kCentral,
 };
 
-/// "auto" / "float64-reference" / "ridders" / "central".
+/// Names a low-precision method, as reports and the CLI spell it.
+/// \param method  the method
+/// \returns "auto" / "float64-reference" / "ridders" / "central"
+/// \throws nothing.
+/// Example:
+///   std::cout << customop::gradcheck::low_precision_method_name(opt.low_precision);
 std::string_view low_precision_method_name(LowPrecisionMethod method);
 
 /// Finite-difference step and comparison tolerances. A Jacobian entry passes when
@@ -71,7 +81,7 @@ struct Tolerances {
   double rtol;  ///< relative tolerance, relative to |numerical|
 };
 
-/// The tolerances used for inputs of `dtype` when GradcheckOptions leaves them unset:
+/// Gives the default tolerances of a dtype, used when GradcheckOptions leaves them unset.
 /// | dtype    | eps  | atol | rtol | source                                            |
 /// |----------|------|------|------|---------------------------------------------------|
 /// | float64  | 1e-6 | 1e-5 | 1e-3 | torch.autograd.gradcheck's defaults               |
@@ -80,6 +90,12 @@ struct Tolerances {
 /// | bfloat16 | 1e-6 | 1e-1 | 1e-1 | JAX check_grads for bf16                          |
 /// eps only applies where the differences run in float64 (float64 inputs or the float64
 /// reference); low-precision differences use the Ridders steps.
+/// \param dtype  the least precise floating dtype among the differentiable inputs
+/// \returns its eps (input units), atol (output units) and rtol (relative); float64's for
+///          any dtype not in the table
+/// \throws nothing.
+/// Example:
+///   auto tol = customop::gradcheck::default_tolerances(c10::ScalarType::Float);  // atol 1e-4
 Tolerances default_tolerances(c10::ScalarType dtype);
 
 /// Options of a gradient check. The defaults mirror torch.autograd.gradcheck where it has one
@@ -154,8 +170,13 @@ struct GradcheckOptions {
   std::string label;
 };
 
-/// The tolerances a check of inputs whose least precise floating dtype is `dtype` uses:
-/// the overrides of `options`, else default_tolerances(dtype).
+/// Gives the tolerances a check uses: the overrides of `options`, else the dtype's defaults.
+/// \param options  the check's options (eps, atol, rtol overrides)
+/// \param dtype    the least precise floating dtype among the differentiable inputs
+/// \returns the tolerances, each override in place of default_tolerances(dtype)'s value
+/// \throws nothing.
+/// Example:
+///   auto tol = customop::gradcheck::resolve_tolerances({.atol = 1e-3}, c10::kFloat);
 Tolerances resolve_tolerances(const GradcheckOptions& options, c10::ScalarType dtype);
 
 }  // namespace customop::gradcheck

@@ -32,7 +32,12 @@ enum class Check : std::uint8_t {
   kLayout,  ///< an input or grad_output in a non-contiguous layout changed outputs or grads
 };
 
-/// Stable short name of a check ("jacobian", "reentrancy", ...), used in JSON.
+/// Names a check, as JSON spells it.
+/// \param check  the check
+/// \returns a stable short name: "jacobian", "reentrancy", ...
+/// \throws nothing.
+/// Example:
+///   std::cout << customop::gradcheck::check_name(r.failures[0].check);
 std::string_view check_name(Check check);
 
 /// One failed check.
@@ -118,10 +123,19 @@ struct GradcheckResult {
   std::vector<std::string> layout_variants;
   OpCounts layout_counts;
 
-  /// The full text report (format_report in report.h); its first line is the first
-  /// failure's headline, or "gradcheck passed".
+  /// Formats this result as text (format_report in report.h).
+  /// \returns the full report; its first line is the first failure's headline, or
+  ///          "gradcheck passed"
+  /// \throws nothing beyond std::bad_alloc.
+  /// Example:
+  ///   if (!r.passed) std::cerr << r.message();
   std::string message() const;
-  /// True when a failure of `check` was recorded.
+  /// Tells whether one kind of check failed.
+  /// \param check  the check
+  /// \returns true when a failure of `check` was recorded
+  /// \throws nothing.
+  /// Example:
+  ///   EXPECT_FALSE(r.failed(customop::gradcheck::Check::kReentrancy));
   bool failed(Check check) const;
 };
 

@@ -33,7 +33,12 @@ enum class CaseStatus : std::uint8_t {
   kError,    ///< the op itself raised (forward), or the inputs were invalid
 };
 
-/// "passed" / "failed" / "skipped" / "error".
+/// Names a case status, as reports and JSON spell it.
+/// \param status  the status
+/// \returns "passed" / "failed" / "skipped" / "error"
+/// \throws nothing.
+/// Example:
+///   std::cout << customop::gradcheck::status_name(c.status);
 std::string_view status_name(CaseStatus status);
 
 /// One op x device x dtype x mode x sample.
@@ -52,8 +57,18 @@ struct CaseResult {
 /// All cases of a run.
 struct RunSummary {
   std::vector<CaseResult> cases;
+  /// Counts the cases with one status.
+  /// \param status  the status
+  /// \returns the number of cases with it
+  /// \throws nothing.
+  /// Example:
+  ///   std::cout << summary.count(customop::gradcheck::CaseStatus::kSkipped) << " skipped\n";
   int count(CaseStatus status) const;
-  /// No failed case and no error (skips are fine).
+  /// Tells whether the run passed: no failed case and no error (skips are fine).
+  /// \returns true when it passed
+  /// \throws nothing.
+  /// Example:
+  ///   return summary.ok() ? 0 : 1;
   bool ok() const { return count(CaseStatus::kFailed) == 0 && count(CaseStatus::kError) == 0; }
 };
 
@@ -69,15 +84,27 @@ struct RunOptions {
   std::function<void(const std::string&)> progress;
 };
 
-/// True when `name` matches the glob `pattern` ('*' any run, '?' one character).
+/// Matches an op name against a shell-style glob.
+/// \param pattern  the glob: '*' any run of characters, '?' one character, else itself
+/// \param name     the qualified op name ("customop::rms_norm")
+/// \returns true when `name` matches `pattern` as a whole
+/// \throws nothing.
+/// Example:
+///   assert(customop::gradcheck::glob_match("customop::*", "customop::rms_norm"));
 bool glob_match(std::string_view pattern, std::string_view name);
 
-/// Checks every op registered through customop whose name matches `options.op_glob`, on every
-/// requested device (CUDA skipped, with the progress line "cuda: no GPU, skipped", when
-/// torch::cuda::is_available() is false), dtype, mode and sample. Before each op's samples
-/// are drawn, the global RNG is seeded with options.check.seed, so a run is repeatable.
-/// Never throws for a case: errors become kError cases.
-/// \throws c10::ValueError when no registered op matches the glob.
+/// Checks every registered customop op matching a glob, over devices, dtypes, modes and samples.
+/// CUDA is skipped, with the progress line "cuda: no GPU, skipped", when
+/// torch::cuda::is_available() is false. Before each op's samples are drawn, the global RNG is
+/// seeded with options.check.seed, so a run is repeatable.
+/// \param options  what to run: op_glob, devices, dtypes (float32 / float64), modes, the
+///                 options of every check, a progress callback
+/// \returns one CaseResult per op x device x dtype x mode x sample
+/// \throws c10::ValueError when no registered op matches the glob; never for a case: errors
+///         become kError cases.
+/// Example:
+///   auto summary = customop::gradcheck::run_registered_ops({.op_glob = "customop::*"});
+///   std::cout << customop::gradcheck::format_summary(summary);
 RunSummary run_registered_ops(const RunOptions& options);
 
 /// One case of an input spec file (see load_spec_file).
@@ -100,7 +127,8 @@ struct SpecCase {
 /// allocation failure (or an overflowing element count).
 inline constexpr int64_t kMaxSpecElements = int64_t{1} << 24;
 
-/// Reads an input spec: a JSON object, or an array of them, or {"cases": [...]}:
+/// Reads the cases of an input spec file for any dispatcher op.
+/// The file holds a JSON object, or an array of them, or {"cases": [...]}:
 ///   {"op": "aten::mul.Tensor", "label": "small",
 ///    "args": [{"tensor": {"shape": [3, 4], "dtype": "float64", "requires_grad": true,
 ///                         "init": "randn"}},
@@ -112,13 +140,20 @@ inline constexpr int64_t kMaxSpecElements = int64_t{1} << 24;
 /// schema's type; missing trailing arguments take the schema's defaults. The op must already
 /// be registered (load its library first). A case's tensors hold at most kMaxSpecElements
 /// elements in all.
+/// \param path  the JSON file
+/// \returns one SpecCase per case, in file order; `make` builds its arguments later
 /// \throws c10::ValueError "<file>: <what>" (one line: control characters in the spec's strings
 ///         that <what> quotes are escaped) when the file cannot be read, is not JSON, or does
 ///         not match the format, the size limit or the op's schema.
+/// Example:
+///   auto cases = customop::gradcheck::load_spec_file("spec.json");
+///   auto summary = customop::gradcheck::run_spec_cases(cases, {});
 std::vector<SpecCase> load_spec_file(const std::string& path);
 
-/// Reads an input spec from `text` (the format of load_spec_file); `source` names it in
-/// errors, as the path does there.
+/// Reads the cases of an input spec from a string (the format of load_spec_file).
+/// \param text    the JSON text
+/// \param source  names the text in errors, as the path does in load_spec_file's
+/// \returns one SpecCase per case, in text order
 /// \throws c10::ValueError "<source>: <what>" (one line) when `text` is not JSON, or does not
 ///         match the format, the size limit or the op's schema.
 /// Example:
@@ -128,26 +163,48 @@ std::vector<SpecCase> load_spec_file(const std::string& path);
 std::vector<SpecCase> load_spec_text(std::string_view text, std::string_view source);
 
 /// Runs the cases of a spec over the requested devices, dtypes and modes.
-/// Never throws for a case: errors become kError cases.
+/// \param cases    from load_spec_file or load_spec_text
+/// \param options  devices, dtypes (ignored by cases with dtype_fixed), modes, the options of
+///                 every check; op_glob is not used
+/// \returns one CaseResult per case x device x dtype x mode
+/// \throws nothing for a case: errors become kError cases.
+/// Example:
+///   auto summary = customop::gradcheck::run_spec_cases(cases, {.modes = {Mode::kFast}});
+///   return summary.ok() ? 0 : 1;
 RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& options);
 
-/// dlopen()s `path` with RTLD_NOW | RTLD_GLOBAL so its static initializers register its ops.
+/// Loads an op library so that its static initializers register its ops.
+/// \param path  the shared library, dlopen()ed with RTLD_NOW | RTLD_GLOBAL
+/// \returns nothing.
 /// \throws c10::ValueError with dlerror()'s message when it cannot be loaded.
+/// Example:
+///   customop::gradcheck::load_library("build/release/plugin/ops/libcustomop_ops.so");
 void load_library(const std::string& path);
 
-/// Writes the registered samples of every customop op matching `options.op_glob`, on CPU, for
-/// each of `options.dtypes` (samples drawn after seeding with options.check.seed, as
-/// run_registered_ops draws them), to `path` with torch::pickle_save, for Python tests
-/// (torch.library.opcheck, torch.compile) to use the same inputs:
+/// Saves the registered samples of the customop ops matching a glob, for Python tests.
+/// The samples of every op matching `options.op_glob`, on CPU, for each of `options.dtypes`
+/// (drawn after seeding with options.check.seed, as run_registered_ops draws them), go to
+/// `path` with torch::pickle_save, for Python tests (torch.library.opcheck, torch.compile) to
+/// use the same inputs:
 ///   torch.load(path, weights_only=True) ==   (within torch.serialization.safe_globals of the
 ///                                            torch.jit._pickle build_* / restore_type_tag)
 ///     {"ns::op": [{"label": str, "dtype": "float32", "args": [arg, ...]}, ...], ...}
-/// Tensors keep their sizes, strides and storage offsets. Returns the number of samples.
+/// Tensors keep their sizes, strides and storage offsets.
+/// \param path     the file to write (overwritten)
+/// \param options  op_glob, dtypes and check.seed are used
+/// \returns the number of samples written
 /// \throws c10::ValueError when no op matches, or `path` cannot be written.
+/// Example:
+///   customop::gradcheck::save_samples("samples.pt", {.op_glob = "customop::*"});
 std::size_t save_samples(const std::string& path, const RunOptions& options);
 
-/// One line per registered customop op matching `glob`: name, devices with a kernel, whether
-/// it has a backward formula and samples.
+/// Lists the registered customop ops matching a glob (what `customop-gradcheck --list` prints).
+/// \param glob  as RunOptions::op_glob
+/// \returns one line per op: name, devices with a kernel, whether it has a backward formula
+///          and samples
+/// \throws nothing beyond std::bad_alloc.
+/// Example:
+///   std::cout << customop::gradcheck::format_op_list("customop::*");
 std::string format_op_list(std::string_view glob);
 
 }  // namespace customop::gradcheck
