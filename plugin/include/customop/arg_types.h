@@ -17,6 +17,13 @@
 ///
 /// Return types (the `Ret` of an op): at::Tensor, std::vector<at::Tensor>, int64_t, double,
 /// bool, or a std::tuple of those for several returns.
+///
+/// An unsupported field type is a compile error naming the field (customop/op.h); an
+/// unsupported return type a compile error from detail::ReturnTraits.
+///
+/// Example:
+///   struct LeakyArgs { at::Tensor x; double negative_slope; std::optional<at::Tensor> bias; };
+///   // matches "myns::leaky(Tensor x, float negative_slope, Tensor? bias) -> Tensor"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>
@@ -34,6 +41,8 @@
 namespace customop {
 
 /// What an argument or return is, as far as the autograd glue cares.
+/// One enumerator per schema type of the table above, in its order (kInt: int, kOptionalInt:
+/// int?, ..., kOptionalScalarType: ScalarType?); schema_type_name() spells it.
 enum class ArgKind : std::uint8_t {
   kTensor,          // Tensor
   kOptionalTensor,  // Tensor?
@@ -56,9 +65,21 @@ enum class ArgKind : std::uint8_t {
 };
 
 /// The schema spelling of an ArgKind ("Tensor?", "int[]", ...).
+/// \param kind  any ArgKind
+/// \returns     its schema type, as the table above spells it; a view of a static string
+///              ("?" for a value outside the enumerators)
+/// \throws nothing
+/// Example:
+///   schema_type_name(ArgKind::kOptionalTensor);  // "Tensor?"
 std::string_view schema_type_name(ArgKind kind);
 
 /// True for Tensor, Tensor? and Tensor[]: the kinds that take a gradient.
+/// \param kind  any ArgKind
+/// \returns     whether a backward formula returns a grad for an argument of this kind
+///              (customop::Grads holds one entry per such argument)
+/// \throws nothing (constexpr)
+/// Example:
+///   static_assert(customop::is_tensor_like(customop::ArgKind::kTensorList));
 constexpr bool is_tensor_like(ArgKind kind) {
   return kind == ArgKind::kTensor || kind == ArgKind::kOptionalTensor ||
          kind == ArgKind::kTensorList;

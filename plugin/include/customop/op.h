@@ -40,6 +40,13 @@ namespace customop {
 /// Which returns of an op are differentiable (the reference's output_differentiability): one
 /// bool per return. A false Tensor (or every Tensor of a false Tensor[]) return is marked
 /// non-differentiable; a true non-tensor return is an error when the op runs forward.
+/// Default (no flags): every Tensor return is differentiable.
+/// \throws c10::ValueError at impl_backward / impl_autograd / define_backward when the number
+///         of flags differs from the number of returns; c10::Error at each forward call through
+///         the formula (both halves registered) for a true flag on an int/float/bool return.
+///         Anything but a list of bools is a compile error.
+/// Example:
+///   op.impl_autograd(&save, &backward, {true, false});  // (Tensor output, Tensor count)
 class OutputDifferentiability {
  public:
   OutputDifferentiability() = default;
@@ -60,6 +67,11 @@ class OutputDifferentiability {
 /// An op defined through customop; see define(). `Args` is the args struct (one field per
 /// schema argument, in schema order); `Ret` the C++ return type (at::Tensor by default; a
 /// std::tuple for several returns).
+/// An Op lives for the whole process (define() returns a reference to it); register kernels
+/// and the formula once, typically from a static initializer or a function-local static.
+/// Example:
+///   static auto& op = customop::define<ScaleArgs>("myns::scale(Tensor x, float alpha) -> Tensor");
+///   op.impl(c10::DeviceType::CPU, &scale_cpu).impl_fake(&scale_fake);
 template <class Args, class Ret = at::Tensor>
 class Op final : public OpCore {
   static_assert(std::is_aggregate_v<Args>,
@@ -77,6 +89,19 @@ class Op final : public OpCore {
   /// Registers `kernel` for `device` (c10::DeviceType::CPU or CUDA). `kernel` is callable as
   /// `Ret(const Args&)`; it sees tensors of that device only.
   /// Throws c10::Error if `device` already has an impl (naming the first one's file:line).
+  /// The kernel runs below autograd: its inputs do not require grad, and a Tensor argument is
+  /// never undefined there (the glue refuses None for Tensor with c10::TypeError first).
+  /// \param device  c10::DeviceType::CPU or c10::DeviceType::CUDA
+  /// \param kernel  `Ret kernel(const Args&)`: returns new tensors (no views or aliases of the
+  ///                inputs: the schema is functional) on `device`
+  /// \param loc     where the registration is made; named in later errors
+  /// \returns       *this, for chaining
+  /// \throws c10::ValueError naming the op and `loc` when `device` is Meta (use impl_fake) or
+  ///         neither CPU nor CUDA; c10::Error when `device` already has an impl, or (a wrapped
+  ///         op) a kernel for it registered outside customop. A kernel not callable as
+  ///         `Ret(const Args&)` is a compile error.
+  /// Example:
+  ///   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
   template <class F>
   Op& impl(c10::DeviceType device, F kernel,
            std::source_location loc = std::source_location::current()) {
@@ -106,6 +131,12 @@ class Op final : public OpCore {
   /// fail to compile here; return the value as a 0-dim Tensor instead.
   /// Throws c10::Error naming the op if a fake kernel is already registered (naming the first
   /// one's file:line) or the op already has a Meta kernel from outside customop.
+  /// \param kernel  `Ret kernel(const Args&)` on meta tensors (the built-in ops run their
+  ///                argument checks there too, so torch.compile reports bad inputs)
+  /// \param loc     where the registration is made; named in later errors
+  /// \returns       *this, for chaining
+  /// \throws c10::Error as above. Without a fake kernel, a call on meta tensors throws
+  ///         c10::Error naming the op and impl_fake.
   ///
   /// Example:
   ///   op.impl_fake([](const ScaleArgs& a) { return at::empty_symint(a.x.sym_sizes(), a.x.options()); });
@@ -133,6 +164,20 @@ class Op final : public OpCore {
   /// output) -> Saved`, run once per forward (never during backward). `Saved` is any
   /// aggregate: its at::Tensor / std::optional<at::Tensor> / std::vector<at::Tensor> fields
   /// are saved through the autograd context, the rest are kept as they are.
+  /// Takes effect once backward is registered too; with only one half registered, a call
+  /// through autograd throws c10::Error naming the half that is missing.
+  /// \param fn   `Saved fn(const Args& inputs, const Ret& output)`; `output` is what the
+  ///             kernel returned (Tensor returns as the caller gets them)
+  /// \param loc  where the registration is made; named in later errors
+  /// \returns    *this, for chaining
+  /// \throws c10::Error naming the op and both locations when save_for_backward is already
+  ///         registered, or the op has an Autograd, AutogradCPU, AutogradCUDA or
+  ///         CompositeImplicitAutograd kernel from outside customop; c10::TypeError when
+  ///         backward is registered with another saved-state type. A non-aggregate Saved is a
+  ///         compile error.
+  /// Example:
+  ///   op.impl_save_for_backward(
+  ///       [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
   template <class F>
   Op& impl_save_for_backward(F fn, std::source_location loc = std::source_location::current()) {
     static_assert(std::is_invocable_v<F&, const Args&, const Ret&>,
@@ -163,6 +208,26 @@ class Op final : public OpCore {
   /// int/float/bool; undefined grads arrive as zeros). It returns customop::Grads by argument
   /// name, a c10::IValue dict, or a typed aggregate with one field per Tensor-like argument.
   /// The result is validated when backward returns, exactly as the reference does.
+  /// \param fn                        `G fn(const Saved&, grads...)`, parameter types spelled
+  ///                                  out (no auto); G is Grads, c10::IValue or a typed
+  ///                                  aggregate whose fields are named after the Tensor-like
+  ///                                  arguments, in schema order
+  /// \param output_differentiability  one bool per return (see OutputDifferentiability);
+  ///                                  default: every Tensor return is differentiable
+  /// \param loc                       where the registration is made; named in later errors
+  /// \returns                         *this, for chaining
+  /// \throws c10::Error naming the op when backward is already registered (both locations), or
+  ///         the op has an Autograd, AutogradCPU, AutogradCUDA or CompositeImplicitAutograd
+  ///         kernel from outside customop; c10::ValueError when output_differentiability does
+  ///         not have one flag per return, or a typed grads struct's field names differ from
+  ///         the Tensor-like arguments'; c10::TypeError when save_for_backward is registered
+  ///         with another saved-state type. Bad parameter types are compile errors.
+  /// \throws at backward time, c10::Error "In the backward function defined for <op> at
+  ///         <file:line> using the CustomOp API, ..." when the grads fail a check of Grads.
+  /// Example:
+  ///   op.impl_backward([](const ScaleSaved& s, const at::Tensor& g) {
+  ///     return customop::Grads{{"x", g * s.alpha}};
+  ///   });
   template <class F>
   Op& impl_backward(F fn, const OutputDifferentiability& output_differentiability = {},
                     std::source_location loc = std::source_location::current()) {
@@ -197,6 +262,13 @@ class Op final : public OpCore {
 
   /// Both halves at once; here a mismatch between the Saved type save_for_backward returns
   /// and the one backward takes is a compile error.
+  /// \param save, backward, output_differentiability, loc  as for impl_save_for_backward and
+  ///                                                      impl_backward
+  /// \returns  *this, for chaining
+  /// \throws as impl_save_for_backward, then impl_backward (save_for_backward is registered
+  ///         first, so a refused backward leaves it registered).
+  /// Example:
+  ///   op.impl_autograd(&scale_save, &scale_backward);
   template <class S, class B>
   Op& impl_autograd(S save, B backward, OutputDifferentiability output_differentiability = {},
                     std::source_location loc = std::source_location::current()) {
@@ -231,6 +303,12 @@ class Op final : public OpCore {
   /// has not been implemented for operator <ns>::<name>_backward", never a wrong answer.
   /// Throws c10::Error naming the op if a formula half is already registered or the backward
   /// op is already defined (naming the first definition's file:line).
+  /// \param save                      `BwdArgs save(const Args& inputs, const Ret& output)`
+  /// \param output_differentiability  as for impl_backward
+  /// \param loc                       where the registration is made; named in later errors
+  /// \returns  the backward op, `Op<BwdArgs, R>` with R one grad per Tensor-like argument
+  /// \throws as impl_save_for_backward and define() (for "<ns>::<name>_backward") and
+  ///         impl_backward; misuse of BwdArgs or `save` is a compile error.
   ///
   /// Example (StyleGAN2's fused bias + leaky ReLU; examples/fused_leaky_relu):
   ///   struct BwdArgs { at::Tensor grad{}; at::Tensor out; double negative_slope; double scale; };
@@ -245,6 +323,19 @@ class Op final : public OpCore {
 
   /// Calls the op through the dispatcher (every dispatch key, autograd included).
   /// Throws whatever the kernel or the autograd glue throws.
+  /// \param args  one field per schema argument; tensors on one device (CPU, CUDA or Meta),
+  ///              dense (strided)
+  /// \returns     the kernel's returns, as `Ret`
+  /// \throws c10::TypeError when a Tensor argument (or an element of a Tensor[]) is undefined;
+  ///         c10::NotImplementedError when the device has no impl, a tensor is not dense
+  ///         (sparse, quantized, nested), an input requires grad under grad mode and no
+  ///         formula is registered, an input carries a forward-mode tangent, or a torch.func
+  ///         transform differentiates the call; c10::Error when there is no tensor to run on
+  ///         (every Tensor? None, every Tensor[] empty), on meta tensors without impl_fake,
+  ///         when only one formula half is registered, or output_differentiability marks a
+  ///         non-tensor return; and the kernel's own errors, unchanged.
+  /// Example:
+  ///   at::Tensor y = op(ScaleArgs{.x = at::randn({4}), .alpha = 2.0});
   Ret operator()(const Args& args) const {
     torch::jit::Stack stack;
     stack.reserve(std::max(detail::kNumFields<Args>, kNumReturns));
@@ -256,6 +347,16 @@ class Op final : public OpCore {
   /// Registers sample inputs for the gradcheck harness: `fn(c10::Device, c10::ScalarType
   /// dtype)` returns `std::vector<std::pair<std::string, Args>>` (label, args). Cover
   /// non-contiguous, broadcast and edge sizes; avoid points where the op has a kink.
+  /// A second call replaces the generator.
+  /// \param fn  `std::vector<std::pair<std::string, Args>> fn(c10::Device, c10::ScalarType)`:
+  ///            tensors on that device, floating ones of that dtype (kFloat or kDouble)
+  /// \returns   *this, for chaining
+  /// \throws nothing at registration; a wrong signature is a compile error
+  /// Example:
+  ///   op.samples([](c10::Device d, c10::ScalarType t) {
+  ///     auto x = at::randn({4}, at::TensorOptions(d).dtype(t));
+  ///     return std::vector<std::pair<std::string, ScaleArgs>>{{"[4]", {x, 2.0}}};
+  ///   });
   template <class F>
   Op& samples(F fn) {
     using R = std::invoke_result_t<F&, c10::Device, c10::ScalarType>;
@@ -271,6 +372,11 @@ class Op final : public OpCore {
   }
 
   /// The args struct as the dispatcher's boxed arguments, in schema order.
+  /// \param args  the args struct
+  /// \returns     one IValue per field, in order (what c10::OperatorHandle::callBoxed takes)
+  /// \throws nothing
+  /// Example:
+  ///   torch::jit::Stack s = Op<ScaleArgs>::to_stack(ScaleArgs{.x = x, .alpha = 2.0});
   static torch::jit::Stack to_stack(const Args& args) {
     torch::jit::Stack stack;
     detail::push_args(stack, args);
@@ -370,6 +476,17 @@ class Op final : public OpCore {
 /// Throws c10::Error naming the op when the schema does not parse, breaks a rule, does not
 /// match Args/Ret (naming field index, field, argument, expected and actual C++ type), or the
 /// op is already defined (naming the first definition's file:line).
+/// \param schema  "ns::name(<args>) -> <returns>", or a bare "ns::name" to infer it
+/// \param loc     where the op is defined; named in later errors
+/// \returns       the op, owned by the customop registry for the life of the process
+/// \throws c10::ValueError when the schema does not parse or breaks a rule above, an argument
+///         has a type customop does not support, a field is named differently from its
+///         argument, a struct default disagrees with the schema's, or (bare name) the schema
+///         cannot be inferred; c10::TypeError when field count or a field's C++ type does not
+///         match the schema, or `Ret` does not match its returns; c10::Error when the op is
+///         already defined (through customop or in the dispatcher).
+/// Example:
+///   auto& op = customop::define<ScaleArgs>("myns::scale(Tensor x, float alpha) -> Tensor");
 template <class Args, class Ret = at::Tensor>
 Op<Args, Ret>& define(std::string_view schema,
                       std::source_location loc = std::source_location::current()) {
@@ -442,6 +559,17 @@ Op<BwdArgs, detail::BackwardOpRet<Args>>& Op<Args, Ret>::define_backward(
 /// Adopts an op already defined with plain TORCH_LIBRARY, so customop can add kernels and a
 /// backward formula. Registering a formula is refused if the op already has an Autograd,
 /// AutogradCPU, AutogradCUDA or CompositeImplicitAutograd kernel (the message names the key).
+/// Fields are checked against the existing schema as for define().
+/// \param qualified_name  "ns::name" of an op in the dispatcher (its library loaded), no
+///                        overload name
+/// \param loc             where it is wrapped; named in later errors
+/// \returns               the op, owned by the customop registry for the life of the process
+/// \throws c10::ValueError when no such op exists; the field and return checks of define();
+///         c10::Error when it was already defined or wrapped through customop. The formula
+///         refusal above is a c10::Error from impl_save_for_backward / impl_backward.
+/// Example:
+///   auto& op = customop::wrap<ScaleArgs>("myns::scale");
+///   op.impl_autograd(&scale_save, &scale_backward);
 template <class Args, class Ret = at::Tensor>
 Op<Args, Ret>& wrap(std::string_view qualified_name,
                     std::source_location loc = std::source_location::current()) {

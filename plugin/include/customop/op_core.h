@@ -48,6 +48,11 @@ struct Sample {
 using SampleGenerator = std::function<std::vector<Sample>(c10::Device, c10::ScalarType)>;
 
 /// "file:line" of a source location.
+/// \param loc  a location, usually std::source_location::current() at a registration
+/// \returns    "<file>:<line>", as every registration error spells it
+/// \throws nothing customop-specific
+/// Example:
+///   std::cerr << customop::format_location(op.location());  // "ops.cpp:42"
 std::string format_location(const std::source_location& loc);
 
 namespace detail {
@@ -93,7 +98,8 @@ struct SavedStateBase : torch::CustomClassHolder {
 /// <returns>`, defaults from `value_initialized` (a value-initialized args struct's fields:
 /// non-zero-like values, and None for optional fields), float defaults in their shortest
 /// round-trip spelling (0.2). Throws c10::ValueError naming `name` for a default it cannot
-/// spell (a non-finite float, a Tensor).
+/// spell (a non-finite float, a Tensor), and for a field without a default after one with a
+/// default.
 std::string infer_schema(std::string_view name, std::span<const FieldInfo> fields,
                          const torch::jit::Stack& value_initialized,
                          std::span<const ArgKind> return_kinds);
@@ -109,6 +115,9 @@ struct KernelEntry {
 /// Thread-safety: calls may run on any number of threads, also while another thread registers
 /// a kernel or a formula half (each is published atomically; a call sees it or not). Two
 /// threads registering on the same op at once are not supported.
+/// Example:
+///   const customop::OpCore* core = customop::find_op("customop::rms_norm");
+///   if (core && core->has_autograd()) std::cout << core->schema_text();
 class OpCore {
  public:
   virtual ~OpCore();
@@ -117,18 +126,26 @@ class OpCore {
 
   /// Qualified name, "ns::name".
   const std::string& name() const { return name_; }
+  /// The parsed schema (torch's c10::FunctionSchema).
   const c10::FunctionSchema& schema() const { return schema_; }
   /// The schema as written to define() (or as inferred there): defaults as written, where
   /// schema() prints them as torch does (0.2 as 0.20000000000000001).
   const std::string& schema_text() const { return schema_text_; }
   /// Dispatcher handle; valid once the op is registered.
   const c10::OperatorHandle& handle() const { return *handle_; }
+  /// One ArgSpec per schema argument, in schema order.
   const std::vector<ArgSpec>& args() const { return args_; }
+  /// The kind of each return, in order (kTensor, kTensorList, kInt, kFloat or kBool).
   const std::vector<ArgKind>& returns() const { return returns_; }
   /// Where `define` (or `wrap`) was called.
   const std::source_location& location() const { return loc_; }
 
   /// True when `device` (CPU, CUDA, or Meta: the fake kernel) has a kernel registered.
+  /// \param device  any device type; false for one other than CPU, CUDA and Meta
+  /// \returns       whether impl (or impl_fake, for Meta) registered one
+  /// \throws nothing
+  /// Example:
+  ///   if (!core.has_kernel(c10::DeviceType::CUDA)) GTEST_SKIP() << "no CUDA kernel";
   bool has_kernel(c10::DeviceType device) const;
   /// True when a fake (Meta) kernel is registered (impl_fake): the op runs on meta tensors and
   /// under FakeTensor (torch.compile, torch.export, torch.library.opcheck).
@@ -137,23 +154,36 @@ class OpCore {
   bool has_autograd() const {
     return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
   }
+  /// The flags given to impl_backward (one per return), or std::nullopt when none were given.
   const std::optional<std::vector<bool>>& output_differentiability() const {
     return output_differentiability_;
   }
 
   /// Sample inputs registered for the gradcheck harness (empty when none were registered).
+  /// \param device  where the samples' tensors are made
+  /// \param dtype   the floating dtype of their floating tensors (kFloat or kDouble)
+  /// \returns       (label, boxed args) pairs, one IValue per schema argument
+  /// \throws whatever the registered generator throws
+  /// Example:
+  ///   for (const auto& s : core.samples(c10::kCPU, at::kDouble)) std::cout << s.label << '\n';
   std::vector<Sample> samples(c10::Device device, c10::ScalarType dtype) const {
     return sample_generator_ ? sample_generator_(device, dtype) : std::vector<Sample>{};
   }
+  /// True when a sample generator is registered.
   bool has_samples() const { return static_cast<bool>(sample_generator_); }
+  /// Sets (replaces) the sample generator; Op<Args, Ret>::samples(fn) is the typed way.
   void set_sample_generator(SampleGenerator g) { sample_generator_ = std::move(g); }
 
  protected:
   /// Parses and validates `schema_text` (the reference's rules) and checks the args-struct
   /// fields and the C++ return kinds against it. Throws c10::Error naming the op.
+  /// \throws c10::ValueError (a parse failure, a broken rule, an unsupported argument type, a
+  ///         field named differently from its argument) or c10::TypeError (field count, a
+  ///         field's C++ type, return count or a return's type), both c10::Error subclasses.
   OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> fields,
          std::span<const ArgKind> return_kinds, std::source_location loc);
   /// Adopts an op defined elsewhere (plain TORCH_LIBRARY): `qualified_name` must exist.
+  /// \throws c10::ValueError naming it when it does not; then the field checks above.
   OpCore(std::string_view qualified_name, std::span<const detail::FieldInfo> fields,
          std::span<const ArgKind> return_kinds, std::source_location loc, bool /*wrap*/);
 
@@ -168,9 +198,16 @@ class OpCore {
   /// Throws c10::ValueError naming the op, the field, the argument and `loc`.
   void check_grads_field_names(std::span<const std::string_view> names, std::string_view type_name,
                                const std::source_location& loc) const;
+  /// The untyped half of Op::impl; throws as Op::impl.
   void set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
+  /// The untyped half of Op::impl_fake; throws as Op::impl_fake.
   void set_fake_kernel(detail::BoxedKernel fn, std::source_location loc);
+  /// Records where save_for_backward is registered; throws c10::Error as
+  /// Op::impl_save_for_backward (already registered, an autograd kernel from outside).
   void note_save_for_backward(std::source_location loc);
+  /// Records where backward is registered and its output_differentiability; throws as
+  /// Op::impl_backward (c10::Error, and c10::TypeError when `returns_backward_ok` is false,
+  /// c10::ValueError for a flag count other than the number of returns).
   void note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
                      bool returns_backward_ok);
   /// Makes a formula half that Op<Args, Ret> has stored visible to calls on other threads
@@ -212,6 +249,7 @@ class OpCore {
   /// differentiable; appends the outputs to mark non-differentiable.
   void non_differentiable_outputs(const torch::jit::Stack& outputs,
                                   std::vector<at::Tensor>& out) const;
+  /// "file:line" of the backward registration, or "<unknown>" when there is none.
   std::string backward_location() const;
 
  private:
@@ -262,11 +300,26 @@ class OpCore {
 
 /// Registers `op` with the dispatcher and the customop registry; refuses a second definition
 /// of the same name, naming where the first one was made.
+/// define() and wrap() call it; a wrapped op is only added to the registry.
+/// \param op  the new op (ownership passes to the registry, which never frees it)
+/// \returns   the registered op
+/// \throws c10::Error naming the op and both locations when the registry has an op of that
+///         name, or (not wrapped) the dispatcher already has one.
 OpCore& register_op(std::unique_ptr<OpCore> op);
 
 /// All ops defined or wrapped through customop in this process, in definition order.
+/// \returns  pointers valid for the life of the process
+/// \throws nothing customop-specific
+/// Example:
+///   for (const customop::OpCore* op : customop::registered_ops()) std::cout << op->name();
 std::vector<const OpCore*> registered_ops();
 /// The op called `qualified_name` ("ns::name"), or nullptr.
+/// \param qualified_name  "ns::name", no overload name
+/// \returns               the op defined or wrapped through customop, or nullptr (also for
+///                        an op that exists only in the dispatcher)
+/// \throws nothing customop-specific
+/// Example:
+///   const customop::OpCore* op = customop::find_op("customop::rms_norm");
 const OpCore* find_op(std::string_view qualified_name);
 
 }  // namespace customop

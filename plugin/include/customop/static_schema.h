@@ -25,6 +25,9 @@
 namespace customop {
 
 /// A string literal usable as a template argument.
+/// \param N  the literal's size, its terminating '\0' included (deduced)
+/// Example:
+///   static_assert(customop::FixedString("ns::op").view() == "ns::op");
 template <std::size_t N>
 struct FixedString {
   char data[N]{};
@@ -254,6 +257,20 @@ constexpr bool check_args() {
 /// against the schema at compile time; `Ret` defaults to the type the schema's returns imply
 /// (Tensor -> at::Tensor, (Tensor, int) -> std::tuple<at::Tensor, int64_t>, ...).
 /// Throws c10::Error for what only the runtime parser knows (see define(std::string_view)).
+/// Field names are checked too (each field named after its argument, in schema order). A type
+/// this parser does not read is left to the runtime check.
+/// \tparam Args    the args struct (an aggregate)
+/// \tparam Schema  the schema literal, "ns::name(<args>) -> <returns>" (no bare-name form)
+/// \tparam Ret     the C++ return type; default: the one the schema's returns imply
+/// \param loc      where the op is defined; named in later errors
+/// \returns        the op, as define(std::string_view) returns it
+/// \throws as define(std::string_view): c10::ValueError (defaults, the functional-only rules),
+///         c10::TypeError (a type not read here that does not match), c10::Error (already
+///         defined).
+///         A field count, field type or field name mismatch, a literal that does not parse
+///         here, or a schema with no returns is a compile error.
+/// Example:
+///   auto& op = customop::define<ScaleArgs, "myns::scale(Tensor x, float alpha) -> Tensor">();
 template <class Args, FixedString Schema,
           class Ret = typename detail::ct::RetFromSchema<Schema>::type>
 Op<Args, Ret>& define(std::source_location loc = std::source_location::current()) {

@@ -22,17 +22,24 @@ struct BiasGeluArgs {
   at::Tensor bias;
   /// "none": exact GELU s * Phi(s) = 0.5 * s * (1 + erf(s / sqrt(2)));
   /// "tanh": 0.5 * s * (1 + tanh(sqrt(2 / pi) * (s + 0.044715 * s^3))).
-  /// Schema default "none".
+  /// Schema default "none". NB: the field has no initializer, so a C++ caller that omits it
+  /// passes "" and is refused.
   std::string approximate;
 };
 
 /// y = gelu(x + b), s = x + b rounded to the dtype first (as the two ATen ops would).
 ///
-/// - input: [..., D]; bias: [D]; same dtype and device; approximate: "none" or "tanh".
-/// - Returns a new contiguous tensor shaped like input, of its dtype.
-/// - Backward: grads for input and bias (bias's summed over all leading dims).
-/// - Throws c10::Error naming `bias_gelu` and the argument when the devices differ, a dtype
-///   is not supported or differs, input is 0-d, bias is not [D], or approximate is unknown.
+/// Backward: grads for input and bias (bias's summed over all leading dims).
+/// \returns the op `customop::bias_gelu`, registered when libcustomop_ops loads. Called with
+///          input: [..., D]; bias: [D]; same dtype and device; approximate: "none" or "tanh",
+///          it returns a new contiguous tensor shaped like input, of its dtype.
+/// \throws c10::Error naming `bias_gelu` and the argument when the devices differ, input is
+///         0-d, or bias is not [D]; c10::TypeError when a dtype is not supported or differs;
+///         c10::ValueError when approximate is unknown. Checks run in that order (device,
+///         dtype, shape, value), in the CPU, CUDA and fake kernels alike.
+///         Calls through the op also throw as Op::operator() (c10::NotImplementedError with
+///         no kernel for the device, e.g. CUDA in a CPU-only build; c10::TypeError for an
+///         undefined tensor); a failed CUDA launch throws c10::Error.
 ///
 /// Example:
 ///   using customop::ops::BiasGeluArgs;

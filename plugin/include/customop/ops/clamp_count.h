@@ -39,8 +39,13 @@ using ClampCountResult = std::tuple<at::Tensor, at::Tensor>;
 /// - Backward: grad of input = g where min <= x <= max (bounds included), else 0, also at
 ///   NaN. That is torch.clamp's convention up to torch 2.14; torch 2.15's clamp gives 0 at a
 ///   scalar bound. The count is not differentiable.
-/// - Throws c10::Error naming `clamp_count` and the argument for an unsupported dtype, or
-///   when min > max or either is NaN.
+/// \returns the op `customop::clamp_count`, registered when libcustomop_ops loads; it returns
+///          ClampCountResult (output, clamped) as described there.
+/// \throws c10::TypeError naming `clamp_count` and the argument for an unsupported dtype;
+///         c10::ValueError when min > max or either is NaN.
+///         Calls through the op also throw as Op::operator() (c10::NotImplementedError with
+///         no kernel for the device, e.g. CUDA in a CPU-only build; c10::TypeError for an
+///         undefined tensor); a failed CUDA launch throws c10::Error.
 ///
 /// Example:
 ///   using customop::ops::ClampCountArgs;

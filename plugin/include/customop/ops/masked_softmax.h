@@ -29,11 +29,15 @@ struct MaskedSoftmaxArgs {
 /// (m = max of the kept elements), 0 where masked; a fully masked slice gives zeros, never
 /// NaN. As torch.softmax, a NaN among the kept elements makes the slice's kept outputs NaN.
 ///
-/// - Returns a new contiguous tensor shaped like input, of its dtype.
-/// - Backward: grad of input = y * (g - sum(g * y, dim)) (0 where masked); mask gets None.
-/// - Throws c10::Error naming `masked_softmax` and the argument when the devices differ, a
-///   dtype is not supported (mask must be bool), mask does not broadcast to input, or dim is
-///   out of range.
+/// Backward: grad of input = y * (g - sum(g * y, dim)) (0 where masked); mask gets None.
+/// \returns the op `customop::masked_softmax`, registered when libcustomop_ops loads; it
+///          returns a new contiguous tensor shaped like input, of its dtype.
+/// \throws c10::Error naming `masked_softmax` and the argument when the devices differ or mask
+///         does not broadcast to input; c10::TypeError when a dtype is not supported (mask
+///         must be bool); c10::ValueError when dim is out of range.
+///         Calls through the op also throw as Op::operator() (c10::NotImplementedError with
+///         no kernel for the device, e.g. CUDA in a CPU-only build; c10::TypeError for an
+///         undefined tensor); a failed CUDA launch throws c10::Error.
 ///
 /// Example:
 ///   using customop::ops::MaskedSoftmaxArgs;

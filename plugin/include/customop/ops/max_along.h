@@ -31,9 +31,14 @@ using MaxAlongResult = std::tuple<at::Tensor, at::Tensor>;
 /// The max along one dim, as torch.max(input, dim, keepdim): ties give the first index; a
 /// NaN in a slice gives value NaN at the index of the first NaN.
 ///
-/// - Returns new contiguous tensors; the gradient of values flows to the argmax positions.
-/// - Throws c10::Error naming `max_along` and the argument for an unsupported dtype, dim out
-///   of range, or an empty dim to reduce.
+/// Backward: the gradient of values flows to the argmax positions.
+/// \returns the op `customop::max_along`, registered when libcustomop_ops loads; it returns
+///          new contiguous tensors (MaxAlongResult).
+/// \throws c10::TypeError naming `max_along` and the argument for an unsupported dtype;
+///         c10::ValueError for dim out of range; c10::Error for an empty dim to reduce.
+///         Calls through the op also throw as Op::operator() (c10::NotImplementedError with
+///         no kernel for the device, e.g. CUDA in a CPU-only build; c10::TypeError for an
+///         undefined tensor); a failed CUDA launch throws c10::Error.
 ///
 /// Example:
 ///   using customop::ops::MaxAlongArgs;

@@ -18,17 +18,23 @@ struct RmsNormArgs {
   /// Per-feature scale w, shape [D], the dtype and device of input. Differentiable.
   at::Tensor weight;
   /// Added to mean(x^2) before the reciprocal square root; unitless, >= 0.
-  /// Schema default 1e-6.
+  /// Schema default 1e-6. NB: the field has no initializer, so a C++ caller that omits it
+  /// passes 0.0.
   double eps;
 };
 
 /// y = x * rsqrt(mean(x^2 over the last dim) + eps) * w, one row at a time.
 ///
-/// - input: [..., D]; weight: [D]; same dtype and device; eps >= 0.
-/// - Returns a new contiguous tensor shaped like input, of its dtype.
-/// - Backward: grads for input and weight (weight's summed over all leading dims).
-/// - Throws c10::Error naming `rms_norm` and the argument when the devices differ, a dtype
-///   is not supported or differs, input is 0-d, weight is not [D], or eps < 0.
+/// Backward: grads for input and weight (weight's summed over all leading dims).
+/// \returns the op `customop::rms_norm`, registered when libcustomop_ops loads. Called with
+///          input: [..., D]; weight: [D]; same dtype and device; eps >= 0, it returns a new
+///          contiguous tensor shaped like input, of its dtype.
+/// \throws c10::Error naming `rms_norm` and the argument when the devices differ, input is
+///         0-d, or weight is not [D]; c10::TypeError when a dtype is not supported or
+///         differs; c10::ValueError when eps < 0 (or NaN).
+///         Calls through the op also throw as Op::operator() (c10::NotImplementedError with
+///         no kernel for the device, e.g. CUDA in a CPU-only build; c10::TypeError for an
+///         undefined tensor); a failed CUDA launch throws c10::Error.
 ///
 /// Example:
 ///   using customop::ops::RmsNormArgs;

@@ -23,12 +23,18 @@ struct WeightedSumArgs {
 
 /// y = sum_k w_k * x_k, accumulated in the dtype (float32 for float16/bfloat16).
 ///
-/// - inputs: K >= 1 tensors of one shape, dtype and device; weights: K numbers.
-/// - Returns a new contiguous tensor of the inputs' shape and dtype.
-/// - Backward: grad of inputs[k] = w_k * grad_output.
-/// - Throws c10::Error naming `weighted_sum` and the argument when inputs is empty, the
-///   inputs differ in device, dtype or shape, the dtype is not supported, or
-///   weights.size() != inputs.size().
+/// Backward: grad of inputs[k] = w_k * grad_output.
+/// \returns the op `customop::weighted_sum`, registered when libcustomop_ops loads. Called
+///          with inputs: K >= 1 tensors of one shape, dtype and device; weights: K numbers, it
+///          returns a new contiguous tensor of the inputs' shape and dtype.
+/// \throws c10::Error naming `weighted_sum` and the argument when inputs is empty (through
+///         the dispatcher: "no tensor to run on"; the kernels' own check is a c10::ValueError),
+///         or the inputs differ in device or shape; c10::TypeError when the dtype is not
+///         supported or the inputs' dtypes differ; c10::ValueError when
+///         weights.size() != inputs.size().
+///         Calls through the op also throw as Op::operator() (c10::NotImplementedError with
+///         no kernel for the device, e.g. CUDA in a CPU-only build; c10::TypeError for an
+///         undefined tensor); a failed CUDA launch throws c10::Error.
 ///
 /// Example:
 ///   using customop::ops::WeightedSumArgs;
