@@ -36,7 +36,8 @@ at::Tensor leaf(int64_t n = 3) { return at::arange(n, at::kDouble).requires_grad
 
 // ---- A1: only one half of the formula ------------------------------------------------------
 
-TEST(AutogradRegistration, A1BackwardWithoutSaveForBackwardFailsAtForward) {
+// SCENARIOS A1.
+TEST(AutogradRegistration, BackwardWithoutSaveForBackwardFailsAtForward) {
   auto& op = customop::define<XArgs>("core_autograd::a1_backward_only(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, triple_cpu);
   int line = 0;
@@ -61,7 +62,8 @@ TEST(AutogradRegistration, A1BackwardWithoutSaveForBackwardFailsAtForward) {
   EXPECT_TRUE(at::equal(x.grad(), at::full({3}, 3.0, at::kDouble)));
 }
 
-TEST(AutogradRegistration, A1SaveForBackwardWithoutBackwardFailsAtForward) {
+// SCENARIOS A1.
+TEST(AutogradRegistration, SaveForBackwardWithoutBackwardFailsAtForward) {
   auto& op = customop::define<XArgs>("core_autograd::a1_save_only(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, triple_cpu);
   int line = 0;
@@ -142,7 +144,8 @@ struct A3Saved {
 std::atomic<int> g_a3_saves{0};
 std::atomic<int> g_a3_backwards{0};
 
-TEST(AutogradRegistration, A3SaveRunsOncePerForwardAndNeverInBackward) {
+// SCENARIOS A3.
+TEST(AutogradRegistration, SaveRunsOncePerForwardAndNeverInBackward) {
   auto& op = customop::define<XArgs>("core_autograd::a3_square(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x * a.x; });
   op.impl_save_for_backward([](const XArgs& in, const at::Tensor& out) {
@@ -197,7 +200,8 @@ TORCH_LIBRARY_IMPL(core_autograd, CompositeImplicitAutograd, m) {
 }
 TORCH_LIBRARY_IMPL(core_autograd, CPU, m) { m.impl("a4_plain_cpu", lib_identity); }
 
-TEST(AutogradRegistration, A4LibraryAutogradKernelRefusedNamingTheKey) {
+// SCENARIOS A4.
+TEST(AutogradRegistration, LibraryAutogradKernelRefusedNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
       {"core_autograd::a4_autograd", "an Autograd kernel"},
       {"core_autograd::a4_autograd_cpu", "an AutogradCPU kernel"},
@@ -265,7 +269,8 @@ TEST(AutogradRegistration, WrapUnknownOpAndWrapTwice) {
 
 // ---- A6: a formula registered after the op was called -----------------------------------
 
-TEST(AutogradRegistration, A6FormulaRegisteredAfterFirstCallTakesEffect) {
+// SCENARIOS A6.
+TEST(AutogradRegistration, FormulaRegisteredAfterFirstCallTakesEffect) {
   auto& op = customop::define<XArgs>("core_autograd::a6_late(Tensor x) -> Tensor");
   op.impl(c10::DeviceType::CPU, triple_cpu);
   const auto x = leaf();
@@ -308,7 +313,8 @@ customop::Op<XYArgs>& no_formula_op() {
   return op;
 }
 
-TEST(NotImplemented, N1InputRequiresGradFailsAtForward) {
+// SCENARIOS N1.
+TEST(NotImplemented, InputRequiringGradFailsAtForward) {
   auto& op = no_formula_op();
   const auto msg = error_message<c10::NotImplementedError>([&] {
     op(XYArgs{leaf(), at::ones({3}, at::kDouble)});
@@ -318,14 +324,16 @@ TEST(NotImplemented, N1InputRequiresGradFailsAtForward) {
                          HasSubstr("argument 'x' requires grad")));
 }
 
-TEST(NotImplemented, N1NothingRequiresGradRuns) {
+// SCENARIOS N1.
+TEST(NotImplemented, NothingRequiringGradRuns) {
   auto& op = no_formula_op();
   const auto out = op(XYArgs{at::ones({2}), at::ones({2})});
   EXPECT_TRUE(at::equal(out, at::full({2}, 2.0)));
   EXPECT_FALSE(out.requires_grad());
 }
 
-TEST(NotImplemented, N3OnlySecondArgumentRequiresGrad) {
+// SCENARIOS N3.
+TEST(NotImplemented, OnlySecondArgumentRequiringGradFailsAtForward) {
   auto& op = no_formula_op();
   const auto msg = error_message<c10::NotImplementedError>([&] {
     op(XYArgs{at::ones({3}, at::kDouble), leaf()});
@@ -335,7 +343,8 @@ TEST(NotImplemented, N3OnlySecondArgumentRequiresGrad) {
                          HasSubstr("argument 'y' requires grad")));
 }
 
-TEST(NotImplemented, N3TensorListAndOptionalArguments) {
+// SCENARIOS N3.
+TEST(NotImplemented, TensorListOrOptionalArgumentRequiringGradFailsAtForward) {
   struct Args {
     std::vector<at::Tensor> xs;
     std::optional<at::Tensor> bias;
@@ -354,7 +363,8 @@ TEST(NotImplemented, N3TensorListAndOptionalArguments) {
   EXPECT_NO_THROW(op(Args{{plain, plain}, plain}));
 }
 
-TEST(NotImplemented, N4NoGradModeReturnsTheKernelResult) {
+// SCENARIOS N4.
+TEST(NotImplemented, NoGradModeReturnsTheKernelResult) {
   auto& op = no_formula_op();
   const auto x = leaf();
   at::Tensor out;

@@ -27,7 +27,8 @@ struct ScaleSaved {
   double alpha;
 };
 
-TEST(Dispatch, I1CpuImplRuns) {
+// SCENARIOS I1.
+TEST(Dispatch, CpuImplRuns) {
   static std::atomic<int> calls{0};
   auto& op =
       customop::define<ScaleArgs>("core_dispatch::i1_scale(Tensor x, float alpha) -> Tensor");
@@ -68,14 +69,16 @@ struct I2Op {
   }
 };
 
-TEST(Dispatch, I2CpuCallsRunTheCpuImpl) {
+// SCENARIOS I2.
+TEST(Dispatch, CpuCallsRunTheCpuImpl) {
   auto& op = I2Op::get();
   EXPECT_TRUE(op.has_kernel(c10::DeviceType::CUDA));
   const auto x = at::arange(3, at::kDouble);
   EXPECT_TRUE(at::equal(op(ScaleArgs{x, 2.0}), x * 2));
 }
 
-TEST(DispatchCuda, I2CudaCallsRunTheCudaImpl) {
+// SCENARIOS I2.
+TEST(DispatchCuda, CudaCallsRunTheCudaImpl) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no GPU";
   auto& op = I2Op::get();
   const auto x =
@@ -87,7 +90,8 @@ TEST(DispatchCuda, I2CudaCallsRunTheCudaImpl) {
   EXPECT_TRUE(at::equal(x.grad().cpu(), at::full({3}, 2.0, at::kDouble)));
 }
 
-TEST(Dispatch, I3NoImplErrorNamesTheOpAndHowToRegister) {
+// SCENARIOS I3.
+TEST(Dispatch, NoImplErrorNamesTheOpAndHowToRegister) {
   auto& op =
       customop::define<ScaleArgs>("core_dispatch::i3_no_impl(Tensor x, float alpha) -> Tensor");
   EXPECT_FALSE(op.has_kernel(c10::DeviceType::CPU));
@@ -100,7 +104,8 @@ TEST(Dispatch, I3NoImplErrorNamesTheOpAndHowToRegister) {
   EXPECT_TRUE(at::equal(op(ScaleArgs{x, 2.0}), x * 2));
 }
 
-TEST(Dispatch, I3NoImplAlsoThroughAutograd) {
+// SCENARIOS I3.
+TEST(Dispatch, NoImplErrorAlsoThroughAutograd) {
   auto& op = customop::define<ScaleArgs>(
       "core_dispatch::i3_no_impl_grad(Tensor x, float alpha) -> Tensor");
   op.impl_save_for_backward(
@@ -113,7 +118,8 @@ TEST(Dispatch, I3NoImplAlsoThroughAutograd) {
   EXPECT_THAT(msg, HasSubstr("core_dispatch::i3_no_impl_grad: no CPU impl registered"));
 }
 
-TEST(Dispatch, I4SecondImplForTheSameDeviceRefused) {
+// SCENARIOS I4.
+TEST(Dispatch, SecondImplForTheSameDeviceRefused) {
   auto& op =
       customop::define<ScaleArgs>("core_dispatch::i4_twice(Tensor x, float alpha) -> Tensor");
   // clang-format off

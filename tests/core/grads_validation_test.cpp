@@ -78,7 +78,8 @@ std::string backward_error(customop::Op<Args>& op, const Args& args) {
 
 // ---- keys (G2, G3) -------------------------------------------------------------------------
 
-TEST(GradsKeys, G2UnknownKeyListsExpectedAndReceived) {
+// SCENARIOS G2.
+TEST(GradsKeys, UnknownKeyListsExpectedAndReceived) {
   // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g2_unknown(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"y", g}}; }); const int line = __LINE__;
   // clang-format on
@@ -89,7 +90,8 @@ TEST(GradsKeys, G2UnknownKeyListsExpectedAndReceived) {
                     HasSubstr("must return a gradient (can be None) for each arg")));
 }
 
-TEST(GradsKeys, G2UnknownKeyThroughIValueDict) {
+// SCENARIOS G2.
+TEST(GradsKeys, UnknownKeyThroughIValueDictRefused) {
   auto backward = [](const NoSaved&, const at::Tensor& g) {
     c10::Dict<std::string, at::Tensor> d;
     d.insert("x", g);
@@ -105,7 +107,8 @@ TEST(GradsKeys, G2UnknownKeyThroughIValueDict) {
                         "{'x', 'y'}"));
 }
 
-TEST(GradsKeys, G3NonTensorArgKeyRefusedEvenIfNone) {
+// SCENARIOS G3.
+TEST(GradsKeys, NonTensorArgKeyRefusedEvenIfNone) {
   // clang-format off
   auto& op = define_with_backward<XDimArgs>("core_grads::g3_none(Tensor x, int dim) -> Tensor", double_x_dim, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"x", g * 2}, {"dim", std::nullopt}}; }); const int line = __LINE__;
   // clang-format on
@@ -116,7 +119,8 @@ TEST(GradsKeys, G3NonTensorArgKeyRefusedEvenIfNone) {
                     HasSubstr("Args declared to be non-Tensor-like types should not appear")));
 }
 
-TEST(GradsKeys, G3NonTensorArgKeyRefusedWithATensor) {
+// SCENARIOS G3.
+TEST(GradsKeys, NonTensorArgKeyRefusedWithATensor) {
   auto& op = define_with_backward<XDimArgs>("core_grads::g3_tensor(Tensor x, int dim) -> Tensor",
                                             double_x_dim, [](const NoSaved&, const at::Tensor& g) {
                                               return customop::Grads{{"x", g * 2}, {"dim", g}};
@@ -146,7 +150,8 @@ TEST(GradsKeys, DuplicateKeyRefused) {
 
 // ---- values (G1, G6, G7, G9, None-optional) ---------------------------------------------
 
-TEST(GradsValues, G1NotAMapping) {
+// SCENARIOS G1.
+TEST(GradsValues, BackwardReturningNotAMappingRefused) {
   // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g1_int(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor&) { return c10::IValue(int64_t{3}); }); const int line = __LINE__;
   // clang-format on
@@ -176,7 +181,8 @@ TEST(GradsValues, DictWithNonStringKeys) {
               HasSubstr("expected the grad_input dict to have str keys but got a key of type int"));
 }
 
-TEST(GradsValues, G6GradThatIsNotATensor) {
+// SCENARIOS G6.
+TEST(GradsValues, GradThatIsNotATensorRefused) {
   // clang-format off
   auto& op = define_with_backward<XArgs>("core_grads::g6_int(Tensor x) -> Tensor", double_x, [](const NoSaved&, const at::Tensor&) { return customop::Grads{{"x", int64_t{1}}}; }); const int line = __LINE__;
   // clang-format on
@@ -197,7 +203,8 @@ TEST(GradsValues, G6GradThatIsNotATensor) {
 
 std::vector<at::Tensor> three_leaves() { return {leaf(), leaf(), leaf()}; }
 
-TEST(GradsValues, G7WrongNumberOfListGradsByName) {
+// SCENARIOS G7.
+TEST(GradsValues, WrongNumberOfListGradsByNameRefused) {
   // clang-format off
   auto& op = define_with_backward<XsArgs>("core_grads::g7_named(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor& g) { return customop::Grads{{"xs", std::vector<at::Tensor>{g, g}}}; }); const int line = __LINE__;
   // clang-format on
@@ -207,7 +214,8 @@ TEST(GradsValues, G7WrongNumberOfListGradsByName) {
                         "gradients but got 2"));
 }
 
-TEST(GradsValues, G7WrongNumberOfListGradsTyped) {
+// SCENARIOS G7.
+TEST(GradsValues, WrongNumberOfListGradsTypedRefused) {
   struct XsGrads {
     std::vector<at::Tensor> xs;
   };
@@ -220,7 +228,8 @@ TEST(GradsValues, G7WrongNumberOfListGradsTyped) {
                         "gradients but got 2"));
 }
 
-TEST(GradsValues, G7WrongNumberOfListGradsThroughIValueDict) {
+// SCENARIOS G7.
+TEST(GradsValues, WrongNumberOfListGradsThroughIValueDictRefused) {
   auto& op = define_with_backward<XsArgs>(
       "core_grads::g7_dict(Tensor[] xs) -> Tensor", stack_xs,
       [](const NoSaved&, const at::Tensor& g) {
@@ -233,7 +242,8 @@ TEST(GradsValues, G7WrongNumberOfListGradsThroughIValueDict) {
                         "gradients but got 4"));
 }
 
-TEST(GradsValues, G9NoneForATensorList) {
+// SCENARIOS G9.
+TEST(GradsValues, NoneForATensorListRefused) {
   // clang-format off
   auto& op = define_with_backward<XsArgs>("core_grads::g9_none(Tensor[] xs) -> Tensor", stack_xs, [](const NoSaved&, const at::Tensor&) { return customop::Grads{{"xs", std::nullopt}}; }); const int line = __LINE__;
   // clang-format on

@@ -35,7 +35,8 @@ using TwoTensors = std::tuple<at::Tensor, at::Tensor>;
 
 // ---- O2 ------------------------------------------------------------------------------------
 
-TEST(OutputDifferentiability, O2LengthMustMatchTheReturnsAtRegistration) {
+// SCENARIOS O2.
+TEST(OutputDifferentiability, LengthMustMatchTheReturnsAtRegistration) {
   auto& op =
       customop::define<XArgs, TwoTensors>("core_outdiff::o2_length(Tensor x) -> (Tensor, Tensor)");
   auto backward = [](const NoSaved&, const at::Tensor& g, const at::Tensor&) {
@@ -59,7 +60,8 @@ TEST(OutputDifferentiability, O2LengthMustMatchTheReturnsAtRegistration) {
 
 // ---- O5 ------------------------------------------------------------------------------------
 
-TEST(OutputDifferentiability, O5NonTensorMarkedDifferentiableFailsAtForward) {
+// SCENARIOS O5.
+TEST(OutputDifferentiability, NonTensorMarkedDifferentiableFailsAtForward) {
   auto& op = customop::define<XArgs, TensorInt>("core_outdiff::o5_int(Tensor x) -> (Tensor, int)");
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return TensorInt{a.x * 2, a.x.numel()}; });
   op.impl_save_for_backward([](const XArgs&, const TensorInt&) { return NoSaved{}; });
@@ -141,7 +143,8 @@ customop::Op<MaxArgs, TwoTensors>& max_op() {
   return op;
 }
 
-TEST(OutputDifferentiability, O7MaxLikeOpIndicesNeverRequireGrad) {
+// SCENARIOS O7.
+TEST(OutputDifferentiability, MaxLikeOpIndicesNeverRequireGrad) {
   auto& op = max_op();
   const auto x = at::randn({3, 4}, at::kDouble).requires_grad_();
   const auto [values, indices] = op(MaxArgs{x, 1});
@@ -155,7 +158,8 @@ TEST(OutputDifferentiability, O7MaxLikeOpIndicesNeverRequireGrad) {
   EXPECT_FALSE((indices * 2).requires_grad());
 }
 
-TEST(OutputDifferentiability, O7GradcheckAndDimComesBackIntact) {
+// SCENARIOS O7.
+TEST(OutputDifferentiability, MaxLikeOpMatchesFiniteDifferencesAndDimComesBackIntact) {
   auto& op = max_op();
   g_o7 = {};
   for (int64_t dim : {0, 1, -1}) {
@@ -172,7 +176,8 @@ TEST(OutputDifferentiability, O7GradcheckAndDimComesBackIntact) {
   EXPECT_TRUE(g_o7.indices_grad_is_zero);
 }
 
-TEST(OutputDifferentiability, O7MatchesTorchMaxGrad) {
+// SCENARIOS O7.
+TEST(OutputDifferentiability, MaxLikeOpGradMatchesTorchMax) {
   auto& op = max_op();
   const auto base = at::randn({4, 5}, at::kDouble);
   const auto w = at::randn({4}, at::kDouble);
@@ -216,7 +221,8 @@ customop::Op<XArgs, std::vector<at::Tensor>>& split_op(const char* name,
   return op;
 }
 
-TEST(OutputDifferentiability, O10TensorListReturnGetsOneGradPerElement) {
+// SCENARIOS O10.
+TEST(OutputDifferentiability, TensorListReturnGetsOneGradPerElement) {
   auto& op = split_op("o10_split", std::nullopt);
   g_o10_grad_counts.clear();
   const auto x = at::arange(8, at::kDouble).requires_grad_();
@@ -232,7 +238,8 @@ TEST(OutputDifferentiability, O10TensorListReturnGetsOneGradPerElement) {
   EXPECT_TRUE(at::equal(x.grad(), at::tensor({3., 3., 0., 0., 1., 1., 0., 0.}, at::kDouble)));
 }
 
-TEST(OutputDifferentiability, O10TensorListMarkedNonDifferentiable) {
+// SCENARIOS O10.
+TEST(OutputDifferentiability, TensorListMarkedNonDifferentiableNeverRequiresGrad) {
   auto& op = split_op("o10_split_nondiff", false);
   const auto x = at::arange(8, at::kDouble).requires_grad_();
   const auto parts = op(XArgs{x});
@@ -240,7 +247,8 @@ TEST(OutputDifferentiability, O10TensorListMarkedNonDifferentiable) {
   for (const auto& p : parts) EXPECT_FALSE(p.requires_grad());
 }
 
-TEST(OutputDifferentiability, O10GradcheckThroughTheList) {
+// SCENARIOS O10.
+TEST(OutputDifferentiability, TensorListReturnMatchesFiniteDifferences) {
   auto& op = split_op("o10_split_gradcheck", true);
   EXPECT_TRUE(matches_finite_differences(
       [&](const std::vector<at::Tensor>& in) {

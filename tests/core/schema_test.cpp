@@ -42,7 +42,8 @@ void expect_not_registered(const char* name) {
 
 // ---- S1 ----------------------------------------------------------------------------------
 
-TEST(Schema, S1UnparsableSchemaNamesTheOp) {
+// SCENARIOS S1.
+TEST(Schema, UnparsableSchemaNamesTheOp) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("core_schema::s1_broken(Tensor x -> Tensor"); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s1_broken: the schema does not parse"),
@@ -50,12 +51,14 @@ TEST(Schema, S1UnparsableSchemaNamesTheOp) {
   expect_not_registered("core_schema::s1_broken");
 }
 
-TEST(Schema, S1LoneParenthesis) {
+// SCENARIOS S1.
+TEST(Schema, LoneParenthesisIsUnparsableForAnUnnamedOp) {
   const auto msg = error_message<c10::ValueError>([] { customop::define<XArgs>("("); });
   EXPECT_THAT(msg, HasSubstr("<unnamed op>: the schema does not parse: \"(\""));
 }
 
-TEST(Schema, S1UnqualifiedName) {
+// SCENARIOS S1.
+TEST(Schema, UnqualifiedNameRejected) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("s1_unqualified(Tensor x) -> Tensor"); });
   EXPECT_THAT(msg, HasSubstr("s1_unqualified: expected a qualified name \"namespace::name\""));
@@ -64,7 +67,8 @@ TEST(Schema, S1UnqualifiedName) {
 
 // ---- S2 ----------------------------------------------------------------------------------
 
-TEST(Schema, S2OverloadNameRejected) {
+// SCENARIOS S2.
+TEST(Schema, OverloadNameRejected) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("core_schema::s2_foo.bar(Tensor x) -> Tensor"); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s2_foo.bar: overloads are not supported"),
@@ -75,7 +79,8 @@ TEST(Schema, S2OverloadNameRejected) {
 
 // ---- S3 ----------------------------------------------------------------------------------
 
-TEST(Schema, S3MutatingSchemaRejected) {
+// SCENARIOS S3.
+TEST(Schema, MutatingSchemaRejected) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("core_schema::s3_mutates(Tensor(a!) x) -> Tensor"); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s3_mutates: the schema mutates argument 'x'"),
@@ -83,7 +88,8 @@ TEST(Schema, S3MutatingSchemaRejected) {
   expect_not_registered("core_schema::s3_mutates");
 }
 
-TEST(Schema, S3MutatingTensorListRejected) {
+// SCENARIOS S3.
+TEST(Schema, MutatingTensorListRejected) {
   struct Args {
     std::vector<at::Tensor> xs;
   };
@@ -93,14 +99,16 @@ TEST(Schema, S3MutatingTensorListRejected) {
   expect_not_registered("core_schema::s3_mutates_list");
 }
 
-TEST(Schema, S3ViewReturnRejected) {
+// SCENARIOS S3.
+TEST(Schema, ViewReturnRejected) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("core_schema::s3_view(Tensor(a) x) -> Tensor(a)"); });
   EXPECT_THAT(msg, HasSubstr("core_schema::s3_view: the schema returns an alias or view"));
   expect_not_registered("core_schema::s3_view");
 }
 
-TEST(Schema, S3NoReturnRejected) {
+// SCENARIOS S3.
+TEST(Schema, SchemaReturningNothingRejected) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("core_schema::s3_nothing(Tensor x) -> ()"); });
   EXPECT_THAT(msg, HasSubstr("core_schema::s3_nothing: the schema returns nothing"));
@@ -109,7 +117,8 @@ TEST(Schema, S3NoReturnRejected) {
 
 // ---- S4 ----------------------------------------------------------------------------------
 
-TEST(Schema, S4ArgumentNamedSelfRejected) {
+// SCENARIOS S4.
+TEST(Schema, ArgumentNamedSelfRejected) {
   struct Args {
     at::Tensor self;
   };
@@ -122,7 +131,8 @@ TEST(Schema, S4ArgumentNamedSelfRejected) {
 
 // ---- S5 ----------------------------------------------------------------------------------
 
-TEST(Schema, S5ReservedNamespacesRejected) {
+// SCENARIOS S5.
+TEST(Schema, ReservedNamespacesRejected) {
   for (std::string ns : {"aten", "prim", "prims", "at", "torch", "pytorch"}) {
     const std::string name = ns + "::core_schema_s5_probe";
     const auto msg = error_message<c10::ValueError>(
@@ -132,7 +142,8 @@ TEST(Schema, S5ReservedNamespacesRejected) {
   }
 }
 
-TEST(Schema, S5DotInNamespaceRejected) {
+// SCENARIOS S5.
+TEST(Schema, DotInNamespaceRejected) {
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<XArgs>("core_schema.sub::s5_dot(Tensor x) -> Tensor"); });
   EXPECT_THAT(msg, HasSubstr("core_schema.sub::s5_dot: the namespace 'core_schema.sub' "
@@ -141,7 +152,8 @@ TEST(Schema, S5DotInNamespaceRejected) {
 
 // ---- S6 ----------------------------------------------------------------------------------
 
-TEST(Schema, S6DefinedTwiceRefusedAndFirstKeepsWorking) {
+// SCENARIOS S6.
+TEST(Schema, DefinedTwiceRefusedAndFirstKeepsWorking) {
   // clang-format off
   auto& first = customop::define<XArgs>("core_schema::s6_twice(Tensor x) -> Tensor"); const int first_line = __LINE__;
   // clang-format on
@@ -158,7 +170,8 @@ TEST(Schema, S6DefinedTwiceRefusedAndFirstKeepsWorking) {
 
 TORCH_LIBRARY_FRAGMENT(core_schema, m) { m.def("s6_from_library(Tensor x) -> Tensor"); }
 
-TEST(Schema, S6AlreadyInTheDispatcherRefused) {
+// SCENARIOS S6.
+TEST(Schema, AlreadyInTheDispatcherRefused) {
   const auto msg = error_message(
       [] { customop::define<XArgs>("core_schema::s6_from_library(Tensor x) -> Tensor"); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s6_from_library: defined multiple times"),
@@ -168,7 +181,8 @@ TEST(Schema, S6AlreadyInTheDispatcherRefused) {
 
 // ---- S7 ----------------------------------------------------------------------------------
 
-TEST(Schema, S7DoubleFieldForTensorRejected) {
+// SCENARIOS S7.
+TEST(Schema, DoubleFieldForTensorRejected) {
   struct Args {
     double x;
   };
@@ -181,7 +195,8 @@ TEST(Schema, S7DoubleFieldForTensorRejected) {
   expect_not_registered("core_schema::s7_double");
 }
 
-TEST(Schema, S7TensorFieldForOptionalTensorRejected) {
+// SCENARIOS S7.
+TEST(Schema, TensorFieldForOptionalTensorRejected) {
   struct Args {
     at::Tensor x;
     at::Tensor bias;
@@ -195,7 +210,8 @@ TEST(Schema, S7TensorFieldForOptionalTensorRejected) {
   expect_not_registered("core_schema::s7_optional");
 }
 
-TEST(Schema, S7MissingFieldNamesTheArgument) {
+// SCENARIOS S7.
+TEST(Schema, MissingFieldNamesTheArgument) {
   const auto msg = error_message<c10::TypeError>(
       [] { customop::define<XArgs>("core_schema::s7_missing(Tensor x, float alpha) -> Tensor"); });
   EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s7_missing: the args struct has 1 fields but "
@@ -205,7 +221,8 @@ TEST(Schema, S7MissingFieldNamesTheArgument) {
   expect_not_registered("core_schema::s7_missing");
 }
 
-TEST(Schema, S7ExtraFieldNamesTheField) {
+// SCENARIOS S7.
+TEST(Schema, ExtraFieldNamesTheField) {
   struct Args {
     at::Tensor x;
     int64_t extra;
@@ -217,7 +234,8 @@ TEST(Schema, S7ExtraFieldNamesTheField) {
   expect_not_registered("core_schema::s7_extra");
 }
 
-TEST(Schema, S7FieldsInTheWrongOrderRejected) {
+// SCENARIOS S7.
+TEST(Schema, FieldsInTheWrongOrderRejected) {
   struct Args {
     double alpha;
     at::Tensor x;
@@ -385,7 +403,8 @@ TEST(Schema, AgreeingDefaultsAndPlainFieldsAccepted) {
   EXPECT_EQ(op.args()[1].name, "negative_slope");
 }
 
-TEST(Schema, S7UnsupportedSchemaArgumentType) {
+// SCENARIOS S7.
+TEST(Schema, UnsupportedSchemaArgumentTypeRejected) {
   struct Args {
     at::Tensor x;
     int64_t n;
@@ -397,14 +416,16 @@ TEST(Schema, S7UnsupportedSchemaArgumentType) {
   expect_not_registered("core_schema::s7_symint");
 }
 
-TEST(Schema, S7ReturnCountMismatch) {
+// SCENARIOS S7.
+TEST(Schema, ReturnCountMismatchRejected) {
   const auto msg = error_message<c10::TypeError>(
       [] { customop::define<XArgs>("core_schema::s7_nret(Tensor x) -> (Tensor, Tensor)"); });
   EXPECT_THAT(msg, HasSubstr("the schema has 2 returns but the C++ return type (Ret) has 1"));
   expect_not_registered("core_schema::s7_nret");
 }
 
-TEST(Schema, S7ReturnTypeMismatch) {
+// SCENARIOS S7.
+TEST(Schema, ReturnTypeMismatchRejected) {
   const auto msg = error_message<c10::TypeError>([] {
     customop::define<XArgs, std::tuple<at::Tensor, double>>(
         "core_schema::s7_rettype(Tensor x) -> (Tensor, int)");
@@ -416,7 +437,7 @@ TEST(Schema, S7ReturnTypeMismatch) {
 
 // A5 at the schema level: a return type that cannot take a backward formula is refused when
 // the op is defined (Ret itself cannot even name such a type: see compile_fail/).
-TEST(Schema, A5UnsupportedReturnTypeRejectedAtDefinition) {
+TEST(Schema, UnsupportedReturnTypeRejectedAtDefinition) {
   const std::pair<const char*, const char*> cases[] = {
       {"str", "str"}, {"Scalar", "scalar"}, {"Tensor?", "opt"}, {"int[]", "ints"}};
   for (const auto& [ret, suffix] : cases) {
@@ -555,7 +576,8 @@ void expect_same_args(const EveryArgs& got, const EveryArgs& want) {
   }
 }
 
-TEST(Schema, S8EverySupportedTypeReachesTheKernelUnchanged) {
+// SCENARIOS S8.
+TEST(Schema, EverySupportedTypeReachesTheKernelUnchanged) {
   auto& op = every_op();
   auto& seen = g_every_seen;
   const auto args = sample_every_args();
@@ -567,7 +589,8 @@ TEST(Schema, S8EverySupportedTypeReachesTheKernelUnchanged) {
   EXPECT_EQ(f, (0.1 + 0.2) * 2);
 }
 
-TEST(Schema, S8RegisteredSchemaKeepsKwOnlyArgsAndDefaults) {
+// SCENARIOS S8.
+TEST(Schema, RegisteredSchemaKeepsKwOnlyArgsAndDefaults) {
   auto& op = every_op();
   const auto parsed = torch::jit::parseSchema(kEverySchema);
   EXPECT_EQ(op.handle().schema(), parsed) << op.handle().schema() << "\nvs\n" << parsed;
@@ -584,7 +607,8 @@ TEST(Schema, S8RegisteredSchemaKeepsKwOnlyArgsAndDefaults) {
   EXPECT_EQ(op.args()[3].type, "Tensor[]");
 }
 
-TEST(Schema, S8DefaultsReachTheKernelUnchanged) {
+// SCENARIOS S8.
+TEST(Schema, DefaultsReachTheKernelUnchanged) {
   auto& op = every_op();
   auto& seen = g_every_seen;
   auto args = sample_every_args();
@@ -609,7 +633,8 @@ TEST(Schema, S8DefaultsReachTheKernelUnchanged) {
   EXPECT_EQ(stack[1].toInt(), args.i + 1);
 }
 
-TEST(Schema, S8OneTwoAndThreeReturns) {
+// SCENARIOS S8.
+TEST(Schema, OneTwoAndThreeReturnsAccepted) {
   struct Args {
     at::Tensor x;
     int64_t n;

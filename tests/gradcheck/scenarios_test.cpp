@@ -129,7 +129,7 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 // ---- SCENARIOS G ---------------------------------------------------------------------------
 
 // GC1: f(x) = 5x in float64 passes, slow and fast, and costs what the cost model says.
-TEST(Scenarios, GC1_ScaleByFivePasses) {
+TEST(Gradcheck, PassesFiveXInFloat64AtTheModelledCost) {
   const at::Tensor x = leaf({0.5, -1.0, 2.0, 3.0});
   for (auto mode : {gc::Mode::kSlow, gc::Mode::kFast}) {
     gc::GradcheckOptions o;
@@ -152,7 +152,7 @@ TEST(Scenarios, GC1_ScaleByFivePasses) {
 }
 
 // GC6: no input requires grad: an error, even in no-raise mode.
-TEST(Scenarios, GC6_NoInputRequiresGradRaisesEvenWithoutRaise) {
+TEST(Gradcheck, NoInputRequiringGradRaisesEvenWithoutRaise) {
   const at::Tensor x = torch::randn({3}, torch::kDouble);
   for (bool raise : {true, false}) {
     gc::GradcheckOptions o;
@@ -168,7 +168,7 @@ TEST(Scenarios, GC6_NoInputRequiresGradRaisesEvenWithoutRaise) {
 }
 
 // GC8: an input with a stride-0 dimension: an error naming the input, even in no-raise mode.
-TEST(Scenarios, GC8_Stride0InputRaisesNamingIt) {
+TEST(Gradcheck, Stride0InputRaisesNamingTheInput) {
   const at::Tensor base = torch::randn({1}, torch::kDouble).requires_grad_(true);
   const at::Tensor x = base.expand({4});
   for (bool raise : {true, false}) {
@@ -186,7 +186,7 @@ TEST(Scenarios, GC8_Stride0InputRaisesNamingIt) {
 
 // GC11: an output not connected to the input (marked non-differentiable, yet it depends on
 // x): the numerical gradient was expected to be zero.
-TEST(Scenarios, GC11_DisconnectedOutputFails) {
+TEST(Gradcheck, OutputDisconnectedFromItsInputFails) {
   const auto& op = corpus_op("scale_disconnected");
   for (auto mode : {gc::Mode::kSlow, gc::Mode::kFast}) {
     const auto r = gc::gradcheck(op, stack_of({leaf({1.0, 2.0}), 5.0}), no_raise(mode));
@@ -198,7 +198,7 @@ TEST(Scenarios, GC11_DisconnectedOutputFails) {
 }
 
 // GC14: backward adds a constant instead of scaling by grad_output.
-TEST(Scenarios, GC14_BackwardNotMultipliedByGradOutput) {
+TEST(Gradcheck, BackwardNotMultipliedByGradOutputFails) {
   const auto& op = corpus_op("scale_ignores_grad_output");
   const auto r = gc::gradcheck(op, stack_of({leaf({1.0, 2.0, 3.0}), 5.0}), no_raise());
   EXPECT_FALSE(r.passed);
@@ -208,7 +208,7 @@ TEST(Scenarios, GC14_BackwardNotMultipliedByGradOutput) {
 }
 
 // GC17: backward crashes on an undefined output grad.
-TEST(Scenarios, GC17_BackwardCrashingOnUndefinedGradFails) {
+TEST(Gradcheck, BackwardCrashingOnUndefinedGradFails) {
   const auto& op = corpus_op("cube_crash_on_undefined");
   for (auto mode : {gc::Mode::kSlow, gc::Mode::kFast}) {
     const auto r = gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 0.5})}), no_raise(mode));
@@ -222,7 +222,7 @@ TEST(Scenarios, GC17_BackwardCrashingOnUndefinedGradFails) {
 
 // GC18: backward off by +0.01 everywhere: "Jacobian mismatch for output i with respect to
 // input j", the schema name, then the worst element.
-TEST(Scenarios, GC18_OffByAHundredthReportsWorstElement) {
+TEST(Gradcheck, OffByAHundredthReportsTheWorstElement) {
   const auto& op = corpus_op("scale_off_by_hundredth");
   gc::GradcheckOptions o;  // raise_exception on: the report is the exception's message
   o.seed = 11;
@@ -252,7 +252,7 @@ TEST(Scenarios, GC18_OffByAHundredthReportsWorstElement) {
 }
 
 // GC29: the function's own error propagates unchanged, even in no-raise mode.
-TEST(Scenarios, GC29_FunctionErrorPropagatesUnchanged) {
+TEST(Gradcheck, FunctionErrorPropagatesUnchanged) {
   for (bool raise : {true, false}) {
     gc::GradcheckOptions o;
     o.raise_exception = raise;
