@@ -66,7 +66,10 @@ void write_heatmap_png(const PairReport& pair, const Tolerances& tol, const std:
   TORCH_CHECK_VALUE(rows > 0 && cols > 0, "write_heatmap_png: the Jacobian is empty");
   at::Tensor err = (ana - num).abs();
   err = at::where(at::isnan(err), at::full_like(err, INFINITY), err);
-  const at::Tensor bad = (err <= tol.atol + tol.rtol * num.abs()).logical_not();
+  const at::Tensor limit = pair.tolerance.defined() && pair.tolerance.sizes() == num.sizes()
+                               ? pair.tolerance.to(at::kDouble)
+                               : tol.atol + tol.rtol * num.abs();
+  const at::Tensor bad = (err <= limit).logical_not();
   const at::Tensor finite = at::where(at::isinf(err), at::zeros_like(err), err);
   const double top = std::max(finite.max().item<double>(), 1e-300);
   // Cells up to 32 pixels, images of about 1024 pixels a side (more for huge Jacobians).

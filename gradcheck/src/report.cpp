@@ -37,7 +37,9 @@ nlohmann::json element_json(const ElementReport& e) {
   return {{"output_index", e.output_index},   {"input_index", e.input_index},
           {"numerical", number(e.numerical)}, {"analytical", number(e.analytical)},
           {"abs_error", number(e.abs_error)}, {"rel_error", number(e.rel_error)},
-          {"tolerance", number(e.tolerance)}};
+          {"tolerance", number(e.tolerance)},
+          {"error_estimate", number(e.error_estimate)},
+          {"rounding_bound", number(e.rounding_bound)}};
 }
 
 nlohmann::json pair_json(const PairReport& p) {
@@ -50,6 +52,8 @@ nlohmann::json pair_json(const PairReport& p) {
           {"entries", p.entries},
           {"bad_entries", p.bad_entries},
           {"nondifferentiable_entries", p.nondifferentiable_entries},
+          {"kink_entries", p.kink_entries},
+          {"loose_entries", p.loose_entries},
           {"worst_abs_error", number(p.worst_abs_error)},
           {"worst_rel_error", number(p.worst_rel_error)},
           {"worst", element_json(p.worst)}};
@@ -89,6 +93,7 @@ nlohmann::json result_json(const GradcheckResult& r) {
           {"eps", r.tolerances.eps},
           {"atol", r.tolerances.atol},
           {"rtol", r.tolerances.rtol},
+          {"tolerance_rule", r.tolerances.estimated ? "error estimates" : "atol + rtol"},
           {"nondet_tol", r.nondet_tol},
           {"inputs", r.inputs},
           {"outputs", r.outputs},

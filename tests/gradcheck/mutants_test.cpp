@@ -32,6 +32,7 @@ const Variant kVariants[] = {
 
 constexpr std::uint64_t kFalseAlarmSeeds = 100;
 constexpr std::uint64_t kMutantSeeds = 20;
+constexpr std::uint64_t kHeavySeeds = 5;  // CorpusEntry::heavy: thousands of evaluations each
 
 const customop::OpCore& op_named(const std::string& name) {
   const auto* op = customop::find_op(name);
@@ -57,7 +58,8 @@ std::vector<gc::GradcheckResult> check_samples(const customop::OpCore& op, const
 }
 
 bool applies(const customop_mutants::CorpusEntry& e, const Variant& v) {
-  return !e.float32_only || v.dtype == at::kFloat;
+  if (e.float32_only && v.dtype != at::kFloat) return false;
+  return !(e.fine && v.low == gc::LowPrecisionMethod::kRidders);
 }
 
 class Corpus : public ::testing::TestWithParam<Variant> {};
@@ -70,7 +72,7 @@ TEST_P(Corpus, CorrectOpsPassOver100Seeds) {
   for (const auto& e : customop_mutants::corpus()) {
     if (!e.twin.empty() || !applies(e, v)) continue;
     const auto& op = op_named(e.op);
-    for (std::uint64_t seed = 0; seed < kFalseAlarmSeeds; ++seed) {
+    for (std::uint64_t seed = 0; seed < (e.heavy ? kHeavySeeds : kFalseAlarmSeeds); ++seed) {
       for (const auto& r : check_samples(op, v, seed)) {
         ++checks;
         forward += r.counts.forward_calls;
@@ -97,7 +99,7 @@ TEST_P(Corpus, EveryMutantCaught) {
   for (const auto& e : customop_mutants::corpus()) {
     if (e.twin.empty() || !applies(e, v)) continue;
     const auto& op = op_named(e.op);
-    for (std::uint64_t seed = 0; seed < kMutantSeeds; ++seed) {
+    for (std::uint64_t seed = 0; seed < (e.heavy ? kHeavySeeds : kMutantSeeds); ++seed) {
       for (const auto& r : check_samples(op, v, seed)) {
         ++checks;
         bool named = false;

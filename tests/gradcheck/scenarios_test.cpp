@@ -239,7 +239,9 @@ TEST(Gradcheck, OffByAHundredthReportsTheWorstElement) {
     EXPECT_THAT(msg, HasSubstr("analytical "));
     EXPECT_THAT(msg, HasSubstr("abs error 1.000000e-02"));
     EXPECT_THAT(msg, HasSubstr("rel error "));
-    EXPECT_THAT(msg, HasSubstr("atol 1e-05, rtol 1e-03, eps 1e-06, seed 11"));
+    EXPECT_THAT(msg, HasSubstr("(error estimate "));
+    EXPECT_THAT(msg, HasSubstr("(rounding bound "));
+    EXPECT_THAT(msg, HasSubstr("from error estimates, safety 4; eps 1e-06, seed 11"));
     EXPECT_THAT(msg, HasSubstr("bad entries: 9 of 9"));
     EXPECT_THAT(msg, HasSubstr("per argument"));
     EXPECT_FALSE(e.result().passed);
@@ -311,21 +313,34 @@ TEST(Checks, TensorListInputsAreNamedByElement) {
   EXPECT_EQ(r.inputs, (std::vector<std::string>{"xs[0]", "xs[1]", "xs[2]"}));
 }
 
-// A mismatch at a kink is reported as a non-differentiable point, not a Jacobian mismatch.
-TEST(Checks, KinkIsReportedAsNotDifferentiable) {
+// At a kink within the step, an analytical value between the one-sided derivatives (a
+// subgradient, what relu's backward gives at 0) passes with a note; one outside them is
+// reported as a non-differentiable point, not a Jacobian mismatch.
+TEST(Checks, KinkAcceptsSubgradientsAndReportsOthers) {
   const auto& op = corpus_op("relu");
-  const auto r = gc::gradcheck(op, stack_of({leaf({-1.0, 0.0, 2.0})}), no_raise());
-  ASSERT_FALSE(r.passed);
-  EXPECT_TRUE(r.failed(gc::Check::kNotDifferentiable)) << r.message();
-  EXPECT_FALSE(r.failed(gc::Check::kJacobian)) << r.message();
-  EXPECT_THAT(first_line(r.message()), HasSubstr("not differentiable at x[1]"));
-  // Off, the same point is a plain mismatch (torch's behaviour).
+  for (double at_kink : {0.0, 3e-7, -3e-7}) {
+    const auto r = gc::gradcheck(op, stack_of({leaf({-1.0, at_kink, 2.0})}), no_raise());
+    EXPECT_TRUE(r.passed) << at_kink << ": " << r.message();
+    ASSERT_FALSE(r.notes.empty()) << at_kink;
+    EXPECT_THAT(r.notes.back(), HasSubstr("1 entries lie at a kink within the step"));
+    EXPECT_EQ(r.pairs.at(0).kink_entries, 1);
+  }
+  const auto bad =
+      gc::gradcheck(corpus_op("relu_bad_subgradient"), stack_of({leaf({-1.0, 0.0, 2.0})}),
+                    no_raise());
+  ASSERT_FALSE(bad.passed);
+  EXPECT_TRUE(bad.failed(gc::Check::kNotDifferentiable)) << bad.message();
+  EXPECT_FALSE(bad.failed(gc::Check::kJacobian)) << bad.message();
+  EXPECT_THAT(first_line(bad.message()), HasSubstr("not differentiable at x[1]"));
+  // Detection off: the central difference alone judges, a plain mismatch (torch's behaviour).
   auto o = no_raise();
   o.detect_nondifferentiable = false;
   const auto r2 = gc::gradcheck(op, stack_of({leaf({-1.0, 0.0, 2.0})}), o);
   EXPECT_TRUE(r2.failed(gc::Check::kJacobian));
-  // Near the kink (within eps) too.
-  const auto r3 = gc::gradcheck(op, stack_of({leaf({-1.0, 3e-7, 2.0})}), no_raise());
+  // The fixed rule (atol/rtol given) reports a kink as before: a failure naming the point.
+  auto fixed = no_raise();
+  fixed.rtol = 1e-3;
+  const auto r3 = gc::gradcheck(op, stack_of({leaf({-1.0, 3e-7, 2.0})}), fixed);
   EXPECT_THAT(first_line(r3.message()), HasSubstr("not differentiable at x[1]"));
   // A real bug at a smooth point stays a mismatch.
   const auto r4 =
@@ -397,7 +412,8 @@ TEST(Checks, FastModeFailureReportsSlowWorstElement) {
 }
 
 // Fast mode does not scale atol by sum(u) * sum(v) (pytorch#59650: that made torch's fast mode
-// too lenient): the projected entry's tolerance is atol + rtol * |numerical|, as an entry's.
+// too lenient): the projection's tolerance is its error estimates', or with atol/rtol given,
+// atol + rtol * |numerical|, as an entry's.
 TEST(Checks, FastModeToleranceIsNotScaledByProjectionSums) {
   torch::manual_seed(0);
   const at::Tensor x = torch::randn({40}, torch::kDouble).requires_grad_(true);
@@ -405,7 +421,13 @@ TEST(Checks, FastModeToleranceIsNotScaledByProjectionSums) {
   ASSERT_TRUE(r.passed) << r.message();
   const auto& w = r.pairs.at(0).worst;
   EXPECT_TRUE(r.pairs.at(0).projected);
-  EXPECT_DOUBLE_EQ(w.tolerance, 1e-5 + 1e-3 * std::abs(w.numerical));
+  EXPECT_DOUBLE_EQ(w.tolerance, w.error_estimate + w.rounding_bound);
+  EXPECT_LT(w.tolerance, 1e-6 * std::abs(w.numerical));  // float64: far below a 0.1 % error
+  auto fixed = no_raise(gc::Mode::kFast);
+  fixed.atol = 1e-5;
+  fixed.rtol = 1e-3;
+  const auto& wf = gc::gradcheck(corpus_op("cube"), stack_of({x}), fixed).pairs.at(0).worst;
+  EXPECT_DOUBLE_EQ(wf.tolerance, 1e-5 + 1e-3 * std::abs(wf.numerical));
   // And a constant added to every grad (a rank-1 error along 1 1^T) is seen at every seed.
   for (std::uint64_t seed = 0; seed < 20; ++seed) {
     auto o = no_raise(gc::Mode::kFast);
@@ -422,9 +444,19 @@ TEST(Checks, Float32RulesAvoidFalseAlarms) {
   const auto& op = corpus_op("cube");
   torch::manual_seed(3);
   const at::Tensor x = (torch::randn({6}) * 3).requires_grad_(true);
-  auto central = no_raise();
+  auto central = no_raise();  // torch's way: eps 1e-6 in float32, fixed atol/rtol
   central.low_precision = gc::LowPrecisionMethod::kCentral;
+  central.atol = 1e-5;
+  central.rtol = 1e-3;
   EXPECT_FALSE(gc::gradcheck(op, stack_of({x}), central).passed);
+  // The error estimates see that those differences cannot judge anything: no false alarm,
+  // and a note saying so.
+  central.atol.reset();
+  central.rtol.reset();
+  const auto est = gc::gradcheck(op, stack_of({x}), central);
+  EXPECT_TRUE(est.passed) << est.message();
+  ASSERT_FALSE(est.notes.empty());
+  EXPECT_THAT(est.notes.back(), HasSubstr("a wrong value there may pass"));
   const auto ref = gc::gradcheck(op, stack_of({x}), no_raise());
   EXPECT_TRUE(ref.passed) << ref.message();
   EXPECT_EQ(ref.method, "central (float64 reference)");

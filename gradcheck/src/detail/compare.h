@@ -18,15 +18,47 @@ struct BlockCompare {
   ElementReport worst_nd;  ///< the worst mismatching entry at a non-differentiable point
 };
 
-/// Compares `num` with `ana` (float64 CPU, [m, n]: m output elements x n input elements).
-/// An entry passes when |ana - num| <= atol + rtol * |num| + err (err: the numerical
-/// estimate's own error, [m, n]); NaN fails. Where `detect_nd` and `left`/`right` (the
-/// one-sided differences, [m, n]) are given, a failing entry whose sides differ by more than
-/// max(tolerance, 0.1 * max(|left|, |right|)) counts as at a non-differentiable point.
-/// `out_sizes`/`in_sizes` turn flat row/column numbers into indices for the report.
-BlockCompare compare_block(const at::Tensor& num, const at::Tensor& ana, const at::Tensor& err,
-                           const at::Tensor& left, const at::Tensor& right, const Tolerances& tol,
-                           bool detect_nd, c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes);
+/// The numerical side of one (output, input) block, float64 CPU, each [m, n] (m output
+/// elements x n input elements).
+struct NumericalBlock {
+  at::Tensor value;  ///< the numerical Jacobian
+  at::Tensor error;  ///< Ridders' error estimate (zeros for one step)
+  at::Tensor left;   ///< one-sided differences at the smallest step (undefined: none)
+  at::Tensor right;
+  at::Tensor noise;  ///< the differences' rounding estimate (undefined: none)
+  /// `value` is Ridders' extrapolation: its `error` covers truncation, and the one-sided
+  /// spread (at a step far larger than the extrapolated error) only judges kinks.
+  bool extrapolated = false;
+};
+
+/// Compares `nb.value` with `ana` ([m, n]) by the rule of `tol` (Tolerances: the error
+/// estimates, or atol + rtol |num| + err); `u_ana` is the unit roundoff of the backward's
+/// dtype. NaN fails. Where `detect_nd`, an entry whose one-sided differences disagree beyond
+/// what curvature and rounding explain is at a kink within the step: it passes when the
+/// analytical value lies between the one-sided derivatives (estimated rule), else it counts as
+/// a bad entry at a non-differentiable point. `out_sizes`/`in_sizes` turn flat row/column
+/// numbers into indices for the report.
+/// `nondet_tol` (the backward's declared run-to-run spread) widens the analytical side's bound.
+/// Entries whose numerical error estimate exceeds 1 % of their row's largest |numerical| are
+/// counted in PairReport::loose_entries (a wrong value there may pass).
+BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, double u_ana,
+                           double nondet_tol, const Tolerances& tol, bool detect_nd,
+                           c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes);
+
+/// The tolerance of one projection v^T J u (fast mode) by the rule of `tol`.
+struct ProjectionBound {
+  double estimate = 0;  ///< numerical side's error estimate (w + S (e + 16 r))
+  double rounding = 0;  ///< analytical side's rounding bound (S 16 a)
+  double tolerance = 0;
+};
+/// `numerical`: v^T J u from differences; `extrapolation_error`: Ridders' estimate of it;
+/// `half_spread`: sum_k |v_k| |right_k - left_k| / 2; `noise`: sum_k |v_k| noise_k;
+/// `ana_scale`: |v^T J| |u| (analytical, Euclidean norms); `u_ana` as compare_block's;
+/// `nondet_slack`: nondet_tol * sum |u| (the spread the backward may show between runs).
+ProjectionBound projection_bound(double numerical, double extrapolation_error,
+                                 double half_spread, double noise, double ana_scale,
+                                 double u_ana, double nondet_slack, bool extrapolated,
+                                 const Tolerances& tol);
 
 /// Two lines: the worst entry of `p` (d out_name[i] / d in_name[k], numerical vs analytical,
 /// errors, the tolerances, the step rule `steps` and `seed`) and its count of bad entries.

@@ -52,8 +52,17 @@ double rounding(c10::ScalarType t) {
   }
 }
 
-/// Empty when `got` equals `want` to rounding (plus `slack`), else what differs.
-std::string differs(const at::Tensor& got, const at::Tensor& want, double slack = 0) {
+/// How far two correct evaluations in different layouts may differ: a reduction over K terms
+/// summed in another order rounds differently by up to ~sqrt(K) u |terms| (typically), so
+/// 16 u (4 + sqrt(K)) max(1, |result|, |input|), with K the largest input's element count.
+struct RoundingScale {
+  double reduction = 4;  // 4 + sqrt(K)
+  double input = 1;      // max(1, max |input|)
+};
+
+/// Empty when `got` equals `want` to rounding (RoundingScale, plus `slack`), else what differs.
+std::string differs(const at::Tensor& got, const at::Tensor& want, const RoundingScale& rs,
+                    double slack = 0) {
   if (!want.defined() && !got.defined()) return {};
   if (want.defined() != got.defined()) {
     return got.defined() ? "defined where the given layout's is undefined"
@@ -69,8 +78,8 @@ std::string differs(const at::Tensor& got, const at::Tensor& want, double slack 
   const at::Tensor a = got.detach().to(at::kCPU, at::kDouble);
   const at::Tensor b = want.detach().to(at::kCPU, at::kDouble);
   const at::Tensor finite_b = at::where(at::isfinite(b), b.abs(), at::zeros_like(b));
-  const double scale = std::max(1.0, finite_b.max().item<double>());
-  const double tol = 64 * rounding(want.scalar_type()) * scale + slack;
+  const double scale = std::max(rs.input, finite_b.max().item<double>());
+  const double tol = 16 * rs.reduction * rounding(want.scalar_type()) * scale + slack;
   const at::Tensor same = ((a - b).abs() <= tol) | (a == b) | (at::isnan(a) & at::isnan(b));
   if (same.all().item<bool>()) return {};
   const at::Tensor diff = at::where(same, at::zeros_like(a), (a - b).abs().nan_to_num(INFINITY));
@@ -92,6 +101,15 @@ class LayoutCheck {
         gen_(at::make_generator<at::CPUGeneratorImpl>(seed + 3)),
         nondet_tol_(nondet_tol),
         compare_grads_(!r.failed(Check::kReentrancy)) {
+    int64_t k = 1;
+    for (const auto& l : c_.leaves) {
+      k = std::max<int64_t>(k, l.numel());
+      if (l.numel() == 0) continue;
+      const at::Tensor a = l.detach().abs().to(at::kDouble);
+      const at::Tensor finite = at::where(at::isfinite(a), a, at::zeros_like(a));
+      rs_.input = std::max(rs_.input, finite.max().item<double>());
+    }
+    rs_.reduction = 4 + std::sqrt(static_cast<double>(k));
     if (!compare_grads_) {
       r_.notes.emplace_back(
           "layout variants: grads not compared (backward is not reentrant); outputs compared");
@@ -142,7 +160,7 @@ class LayoutCheck {
       return;
     }
     for (std::size_t o = 0; o < c_.outputs.size() && o < outs.size(); ++o) {
-      const std::string d = differs(outs[o], c_.outputs[o]);
+      const std::string d = differs(outs[o], c_.outputs[o], rs_);
       if (d.empty()) continue;
       fail(j, -1,
            "forward output " + std::to_string(o) + " ('" + out_name(o) + "') differs with " + what,
@@ -190,7 +208,7 @@ class LayoutCheck {
                      const std::string& what) {
     if (!grads || !compare_grads_) return;
     for (std::size_t k = 0; k < grads->size() && k < want_grads_.size(); ++k) {
-      const std::string d = differs((*grads)[k], want_grads_[k], nondet_tol_);
+      const std::string d = differs((*grads)[k], want_grads_[k], rs_, nondet_tol_);
       if (d.empty()) continue;
       fail(input < 0 ? static_cast<int>(k) : input, output,
            "the grad of input " + std::to_string(k) + " ('" + f_.input_names[k] +
@@ -217,6 +235,7 @@ class LayoutCheck {
   GradcheckResult& r_;
   at::Generator gen_;
   double nondet_tol_;
+  RoundingScale rs_;
   bool compare_grads_;
   std::vector<at::Tensor> ys_, gs_, want_grads_;
 };

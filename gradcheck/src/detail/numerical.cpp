@@ -9,6 +9,15 @@
 
 namespace customop::gradcheck::detail {
 
+double unit_roundoff(c10::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return std::ldexp(1.0, -24);
+    case at::kHalf: return std::ldexp(1.0, -11);
+    case at::kBFloat16: return std::ldexp(1.0, -8);
+    default: return std::ldexp(1.0, -53);
+  }
+}
+
 Estimate ridders_extrapolate(const std::vector<at::Tensor>& samples, double shrink) {
   TORCH_INTERNAL_ASSERT(!samples.empty());
   if (samples.size() == 1) return {samples[0], at::zeros_like(samples[0])};
@@ -50,12 +59,15 @@ Numerical::Numerical(const Function& f, const std::vector<at::Tensor>& point, bo
   }
   base_ = base.empty() ? (reference_ ? f_.eval_reference(work_) : f_.eval(work_)) : std::move(base);
   rows_.reserve(base_.size());
+  std::vector<at::Tensor> roundoff;
   for (const auto& o : base_) {
     const int64_t n = o.defined() && at::isFloatingType(o.scalar_type()) ? o.numel() : 0;
     rows_.emplace_back(total_, total_ + n);
     total_ += n;
+    if (n > 0) roundoff.push_back(at::full({n}, unit_roundoff(o.scalar_type()), at::kDouble));
   }
   base_flat_ = concat(base_);
+  row_u_ = roundoff.empty() ? at::zeros({0}, at::kDouble) : at::cat(roundoff);
 }
 
 at::Tensor Numerical::concat(const std::vector<at::Tensor>& outs) const {
@@ -126,6 +138,9 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
     elem.fill_(x);
     const at::Tensor raw = fp - fm;
     if (l == 0) s.first_raw = raw;
+    if (l + 1 == rule_.levels) {
+      s.noise = row_u_ * (fp.abs() + fm.abs()) / (dp + dm > 0 ? dp + dm : 2.0 * h);
+    }
     Level level;
     level.diff = raw / (2.0 * h);
     level.w = at::scalar_tensor((dp + dm) / (2.0 * h), at::kDouble);
@@ -162,6 +177,7 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
     t.copy_(x.view(sizes));
     const at::Tensor raw = fp - fm;
     if (l == 0) s.first_raw = raw;
+    if (l + 1 == rule_.levels) s.noise = row_u_ * (fp.abs() + fm.abs()) / (2.0 * h);
     Level level;
     level.diff = raw / (2.0 * h);
     level.w = (dp + dm) / (2.0 * h);

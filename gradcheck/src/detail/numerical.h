@@ -39,8 +39,13 @@ struct Sampled {
   std::vector<Level> levels;
   at::Tensor left;       // (f(x) - f(x - d-)) / |d-|, [M]
   at::Tensor right;      // (f(x + d+) - f(x)) / |d+|, [M]
+  at::Tensor noise;      // u (|f(x + d+)| + |f(x - d-)|) / (d+ + d-) at the smallest step, [M]
   at::Tensor first_raw;  // f(x + d+) - f(x - d-) at the first (largest) step, [M]
 };
+
+/// Unit roundoff (half the machine epsilon) of a floating dtype: 2^-53 for float64, 2^-24 for
+/// float32, 2^-11 for float16, 2^-8 for bfloat16.
+double unit_roundoff(c10::ScalarType dtype);
 
 /// Extrapolated estimate and its error estimate (0 for a single level), elementwise.
 struct Estimate {
@@ -73,6 +78,8 @@ class Numerical {
   /// Row range [begin, end) of flat output `o` within [M]; begin == end for a non-floating one.
   std::pair<int64_t, int64_t> rows(std::size_t o) const { return rows_[o]; }
   const std::vector<at::Tensor>& base() const { return base_; }
+  /// Unit roundoff of the dtype each row was evaluated in, float64 CPU [M].
+  const at::Tensor& row_roundoff() const { return row_u_; }
   int64_t numel(std::size_t j) const { return work_[j].numel(); }
   c10::IntArrayRef sizes(std::size_t j) const { return work_[j].sizes(); }
   /// The perturbed input names, for stability messages.
@@ -89,6 +96,7 @@ class Numerical {
   std::vector<at::Tensor> values_;  // float64 CPU [n_j] copies of the point, row-major
   std::vector<at::Tensor> base_;
   at::Tensor base_flat_;
+  at::Tensor row_u_;
   std::vector<std::pair<int64_t, int64_t>> rows_;
   int64_t total_ = 0;
   std::vector<std::string> input_names_;

@@ -20,6 +20,10 @@ const std::vector<CorpusEntry>& corpus() {
       {"customop_mutants::sum_list", "", "", ""},
       {"customop_mutants::max_with_index", "", "", ""},
       {"customop_mutants::f32_softplus", "", "", "", true},
+      {"customop_mutants::exp_near_ten", "", "", ""},
+      {"customop_mutants::abs_near_kink", "", "", ""},
+      {"customop_mutants::cube_tail", "", "", ""},
+      {"customop_mutants::sum_4096", "", "", "", false, false, true},
       // Mutants.
       {"customop_mutants::cube_sign_flip", "customop_mutants::cube", "sign flip", "jacobian"},
       {"customop_mutants::cube_missing_factor", "customop_mutants::cube", "missing factor 3",
@@ -51,6 +55,17 @@ const std::vector<CorpusEntry>& corpus() {
        "forward reads its input's memory as if contiguous", "layout"},
       {"customop_mutants::f32_softplus_scale_1pct", "customop_mutants::f32_softplus",
        "1% scale error in a float32-only kernel", "jacobian", true},
+      {"customop_mutants::cube_scale_0p1pct", "customop_mutants::cube",
+       "backward 0.1% too large everywhere (a wrong constant)", "jacobian", false, true},
+      {"customop_mutants::exp_near_ten_0p1pct", "customop_mutants::exp_near_ten",
+       "backward 0.1% too large, on values near 2e4", "jacobian", false, true},
+      {"customop_mutants::cube_tail_slip", "customop_mutants::cube_tail",
+       "backward drops the last of 15 grads (a SIMD tail slip)", "jacobian"},
+      {"customop_mutants::sum_4096_tail_slip", "customop_mutants::sum_4096",
+       "backward drops the last of 4096 grads", "jacobian", false, false, true},
+      {"customop_mutants::relu_bad_subgradient", "customop_mutants::relu",
+       "backward gives 5 at the kink, outside the one-sided derivatives [0, 1]",
+       "not_differentiable"},
   };
   return entries;
 }

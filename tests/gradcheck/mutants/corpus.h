@@ -16,6 +16,11 @@ struct CorpusEntry {
   std::string fault;          ///< what is wrong, in words ("" for a correct op)
   std::string expected;       ///< the check that must fail (check_name(), "" for a correct op)
   bool float32_only = false;  ///< its kernel refuses float64 (samples only for float32)
+  /// The fault is below what float32 differences resolve (a 0.1 % error): it must be caught
+  /// in float64 and in float32 through the float64 reference, not by Ridders in float32.
+  bool fine = false;
+  /// Its samples cost thousands of evaluations in slow mode: fewer seeds in the suites.
+  bool heavy = false;
 };
 
 /// Every op of the corpus, correct ones first. Calling it also makes sure the ops are registered.

@@ -72,16 +72,49 @@ enum class LowPrecisionMethod : std::uint8_t {
 ///   std::cout << customop::gradcheck::low_precision_method_name(opt.low_precision);
 std::string_view low_precision_method_name(LowPrecisionMethod method);
 
-/// Finite-difference step and comparison tolerances. A Jacobian entry passes when
-/// |analytical - numerical| <= atol + rtol * |numerical| (torch.allclose's rule, as
-/// torch.autograd.gradcheck).
+/// Finite-difference step and the rule that judges a Jacobian entry.
+///
+/// By default (`estimated` true) an entry passes when
+///   |analytical - numerical| <= w + S * (e + m + 16 r + 16 a),   S = kEstimateSafety = 4
+/// (with Ridders: r at its smallest step, weight 1 instead of 16; m weight 5),
+/// every term an error estimate of that entry rather than a fixed fraction of it:
+/// - w: half the spread of the one-sided differences at the (smallest) step (with Ridders'
+///   extrapolation, whose own estimate e covers truncation, only at kinks),
+///   |(f(x+h) - f(x)) / h - (f(x) - f(x-h)) / h| / 2 = h |f''| / 2 + rounding. It bounds the
+///   central difference's truncation error (h^2 |f'''| / 6, an order of h smaller), and where a
+///   kink lies within the step it accepts exactly the values between the one-sided derivatives
+///   (the subgradients) and nothing else.
+/// - e: Ridders' extrapolation error estimate (Numerical Recipes 3rd ed., section 5.7, the
+///   tableau's |difference| between successive orders); 0 for one step.
+/// - m: the median of w over the entry's Jacobian row: rounding noise pooled over the row, so
+///   one entry whose own noise happens to cancel cannot shrink its own bound (x5 with Ridders,
+///   whose tableau weights add up to ~4.6 over three orders and amplify that noise).
+/// - r: the numerical side's rounding, u_num (|f(x+h)| + |f(x-h)|) / (2h), with u_num the unit
+///   roundoff of the dtype the differences ran in (float64 for the float64 reference).
+/// - a: the analytical side's rounding, u_ana (|analytical| + max |analytical| over the row),
+///   with u_ana the unit roundoff of the backward's dtype (6e-8 for a float32 backward).
+/// For smooth float64 ops the bound is ~1e-9 of the entry, so a 0.1 % error (1e-3) fails; a
+/// float32 backward against the float64 reference gets ~1e-5 of its row's largest entry.
+/// Fast mode applies the same terms to the projection v^T J u (|v|-weighted sums of w and r,
+/// and u_ana |v^T J| |u| for a).
+///
+/// When atol or rtol is given (GradcheckOptions), `estimated` is false and an entry passes when
+/// |analytical - numerical| <= atol + rtol * |numerical| + e (torch.allclose's rule, as
+/// torch.autograd.gradcheck, plus Ridders' estimate). atol and rtol always judge the
+/// comparisons that are not finite differences (CUDA vs CPU, forward with and without grad).
 struct Tolerances {
   double eps;   ///< central-difference step (absolute, in the input's units), as torch's eps
-  double atol;  ///< absolute tolerance
+  double atol;  ///< absolute tolerance (fixed rule; non-Jacobian comparisons)
   double rtol;  ///< relative tolerance, relative to |numerical|
+  bool estimated = false;  ///< Jacobian verdicts from error estimates (see above)
 };
 
-/// Gives the default tolerances of a dtype, used when GradcheckOptions leaves them unset.
+/// The safety factor S of the estimated rule (Tolerances).
+inline constexpr double kEstimateSafety = 4.0;
+
+/// Gives the default step and fixed tolerances of a dtype: atol and rtol judge Jacobians only
+/// when GradcheckOptions sets one of them (else the error estimates do), and always judge the
+/// comparisons that are not finite differences.
 /// | dtype    | eps  | atol | rtol | source                                            |
 /// |----------|------|------|------|---------------------------------------------------|
 /// | float64  | 1e-6 | 1e-5 | 1e-3 | torch.autograd.gradcheck's defaults               |
@@ -105,7 +138,9 @@ Tolerances default_tolerances(c10::ScalarType dtype);
 struct GradcheckOptions {
   /// Slow (full Jacobians) or fast (random projections). Default slow, as torch.
   Mode mode = Mode::kSlow;
-  /// Overrides of the per-dtype defaults (default_tolerances); unset: by dtype.
+  /// Overrides of the per-dtype defaults (default_tolerances); unset: by dtype. Setting atol
+  /// or rtol judges Jacobian entries by the fixed rule atol + rtol |numerical| instead of the
+  /// error estimates (Tolerances).
   std::optional<double> eps;
   std::optional<double> atol;
   std::optional<double> rtol;
@@ -173,7 +208,8 @@ struct GradcheckOptions {
 /// Gives the tolerances a check uses: the overrides of `options`, else the dtype's defaults.
 /// \param options  the check's options (eps, atol, rtol overrides)
 /// \param dtype    the least precise floating dtype among the differentiable inputs
-/// \returns the tolerances, each override in place of default_tolerances(dtype)'s value
+/// \returns the tolerances, each override in place of default_tolerances(dtype)'s value;
+///          `estimated` true unless options.atol or options.rtol is set
 /// \throws nothing.
 /// Example:
 ///   auto tol = customop::gradcheck::resolve_tolerances({.atol = 1e-3}, c10::kFloat);

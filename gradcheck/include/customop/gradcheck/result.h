@@ -59,7 +59,12 @@ struct ElementReport {
   double analytical = 0;
   double abs_error = 0;
   double rel_error = 0;  ///< abs_error / |numerical|; abs_error where numerical is exactly 0
-  double tolerance = 0;  ///< atol + rtol * |numerical| (+ the extrapolation's error estimate)
+  double tolerance = 0;  ///< what |analytical - numerical| may reach: error_estimate +
+                         ///< rounding_bound (Tolerances: estimated rule), or atol + rtol *
+                         ///< |numerical| + the extrapolation's error estimate (fixed rule)
+  double error_estimate = 0;  ///< the numerical side's error estimate, safety factor included
+  double rounding_bound = 0;  ///< the analytical side's rounding bound, safety factor included
+                              ///< (0 under the fixed rule)
 };
 
 /// The comparison of one (differentiable output i, differentiable input j) block.
@@ -73,6 +78,13 @@ struct PairReport {
   int64_t entries = 0;      ///< entries compared
   int64_t bad_entries = 0;  ///< entries out of tolerance (non-differentiable ones included)
   int64_t nondifferentiable_entries = 0;  ///< bad entries at non-differentiable points
+  /// Entries at a kink within the step whose analytical value lies between the one-sided
+  /// derivatives: accepted (estimated rule, detect_nondifferentiable), and noted.
+  int64_t kink_entries = 0;
+  /// Entries whose numerical error estimate exceeds 1 % of the largest |numerical| of their
+  /// row (estimated rule): the differences cannot tell a 1 % error there (e.g. float32 central
+  /// differences at eps 1e-6); noted.
+  int64_t loose_entries = 0;
   double worst_abs_error = 0;
   double worst_rel_error = 0;
   ElementReport worst;  ///< the entry furthest beyond its tolerance (or the largest error)
@@ -80,6 +92,7 @@ struct PairReport {
   /// keep_jacobians; undefined otherwise.
   at::Tensor numerical;
   at::Tensor analytical;
+  at::Tensor tolerance;  ///< [output numel, input numel]: each entry's tolerance (slow mode)
 };
 
 /// The per-argument table: one row per differentiable input, over all outputs.
