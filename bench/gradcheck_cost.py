@@ -8,8 +8,11 @@ so both sides get bit-identical tensors, strides included); the CLI checks it wi
 torch.ops.customop.<op> (libcustomop_ops.so loaded with torch.ops.load_library).
 
 Cost, best of --reps interleaved repetitions:
-- wall seconds of the checks: the CLI's per-case "seconds" (--json), the time around each
-  torch.autograd.gradcheck call (one ATen thread on both sides);
+- wall seconds of the checks: the CLI's run "seconds" (--json summary: all cases, on --jobs
+  = every core at once, samples built and checks run; the layout variants off, as torch has
+  none), the sum of the time around each torch.autograd.gradcheck call (one ATen thread on
+  both sides: torch checks one case after another). Also the CLI on one thread, and the CLI
+  with the layout variants (their cost, reported apart);
 - instructions (with --callgrind; bench/run runs the CLI under callgrind with
   --toggle-collect on run_spec_cases, the same spec from --write-spec);
 - op evaluations: the CLI's forward_calls / vjp_calls; for torch, the calls of the wrapped
@@ -158,11 +161,13 @@ def run_torch(cases, fast):
     return rows
 
 
-def run_cli(cli, spec, fast, workdir):
-    """The CLI's cases (from its --json) and its process wall time."""
+def run_cli(cli, spec, fast, workdir, jobs, layout):
+    """The CLI's cases (from its --json), the wall time of its checks (the run's "seconds":
+    cases on `jobs` threads at once) and its process wall time. `layout`: with the layout
+    variants (their cost is reported apart, as the issue asks)."""
     out = os.path.join(workdir, "cli.json")
     cmd = [cli, "--samples", spec, "--device", "cpu", "--mode", "fast" if fast else "slow",
-           "--json", out, "-q"]
+           "--json", out, "-q", "--jobs", str(jobs)] + ([] if layout else ["--no-layout-variants"])
     t0 = time.perf_counter()
     # One ATen thread, as torch.set_num_threads(1) on the Python side.
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -176,8 +181,10 @@ def run_cli(cli, spec, fast, workdir):
         r = c.get("result") or {}
         rows.append({"label": c["label"], "op": c["op"], "passed": c["status"] == "passed",
                      "seconds": c["seconds"], "forward_calls": r.get("forward_calls", 0),
-                     "vjp_calls": r.get("vjp_calls", 0)})
-    return rows, process_s
+                     "vjp_calls": r.get("vjp_calls", 0),
+                     "layout_forward_calls": r.get("layout_forward_calls", 0),
+                     "layout_vjp_calls": r.get("layout_vjp_calls", 0)})
+    return rows, data["summary"]["seconds"], process_s
 
 
 def total(rows, key):
@@ -229,11 +236,21 @@ def main():
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         best, process_s = {}, collections.defaultdict(list)
+        wall = collections.defaultdict(lambda: float("inf"))  # (mode, variant) -> best seconds
+        jobs = os.cpu_count() or 1
         for rep in range(a.reps):
             for mode in ("slow", "fast"):
                 # The CLI links libcustomop_ops.so already (its built-in ops): no --load.
-                cli_rows, wall = run_cli(a.cli, spec_path, mode == "fast", tmp)
-                process_s[mode].append(wall)
+                # The verdict run: every core, no layout variants (torch has none); then one
+                # thread, and every core with the variants, for the figures beside it.
+                cli_rows, secs, proc_s = run_cli(a.cli, spec_path, mode == "fast", tmp, jobs, False)
+                process_s[mode].append(proc_s)
+                wall[(mode, "cli")] = min(wall[(mode, "cli")], secs)
+                _, secs1, _ = run_cli(a.cli, spec_path, mode == "fast", tmp, 1, False)
+                wall[(mode, "cli_1job")] = min(wall[(mode, "cli_1job")], secs1)
+                layout_rows, secs_l, _ = run_cli(a.cli, spec_path, mode == "fast", tmp, jobs, True)
+                wall[(mode, "cli_layout")] = min(wall[(mode, "cli_layout")], secs_l)
+                best[(mode, "layout")] = layout_rows
                 torch_rows = run_torch(cases, mode == "fast")
                 for side, rows in (("cli", cli_rows), ("torch", torch_rows)):
                     key = (mode, side)
@@ -244,8 +261,16 @@ def main():
             by_label = {r["label"]: r for r in cli}
             disagree = [r["label"] for r in tor
                         if r["label"] not in by_label or by_label[r["label"]]["passed"] != r["passed"]]
+            lay = best[(mode, "layout")]
             result["modes"][mode] = {
-                "cli_seconds": total(cli, "seconds"),
+                "cli_seconds": wall[(mode, "cli")],
+                "cli_jobs": jobs,
+                "cli_seconds_1job": wall[(mode, "cli_1job")],
+                "cli_case_seconds": total(cli, "seconds"),
+                "cli_seconds_with_layout": wall[(mode, "cli_layout")],
+                "layout_forward_calls": total(lay, "layout_forward_calls"),
+                "layout_vjp_calls": total(lay, "layout_vjp_calls"),
+                "layout_verdicts_equal": [r["passed"] for r in lay] == [r["passed"] for r in cli],
                 "cli_process_seconds": min(process_s[mode]),
                 "torch_seconds": total(tor, "seconds"),
                 "cli_forward_calls": total(cli, "forward_calls"),

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
   std::string json_path, heatmap_dir, samples_path, dump_samples_path;
   std::vector<std::string> libraries;
   bool quiet = false;
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   app.add_flag("--list", list, "List the ops that would be checked, then exit");
   app.add_option("--op", op_glob,
@@ -154,6 +157,8 @@ int main(int argc, char** argv) {
                  "with torch::pickle_save for Python (torch.load(FILE, weights_only=True)), "
                  "then exit");
   app.add_flag("-q,--quiet", quiet, "No progress lines on stderr");
+  app.add_option("-j,--jobs", jobs, "Cases checked at once, one thread each (default: cores)")
+      ->check(CLI::PositiveNumber);
 
   try {
     app.parse(argc, argv);
@@ -201,6 +206,7 @@ int main(int argc, char** argv) {
   run.check.nondet_tol = nondet_tol;
   run.check.check_second_order = second_order;
   run.check.check_layout_variants = !no_layout_variants;
+  run.jobs = jobs;
   run.check.low_precision = low_precision == "ridders"   ? gc::LowPrecisionMethod::kRidders
                             : low_precision == "central" ? gc::LowPrecisionMethod::kCentral
                             : low_precision == "float64-reference"

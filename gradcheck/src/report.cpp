@@ -241,7 +241,9 @@ std::string to_json(const RunSummary& summary) {
                           {"failed", summary.count(CaseStatus::kFailed)},
                           {"skipped", summary.count(CaseStatus::kSkipped)},
                           {"errors", summary.count(CaseStatus::kError)},
-                          {"ok", summary.ok()}}},
+                          {"ok", summary.ok()},
+                          {"seconds", summary.seconds},
+                          {"jobs", summary.jobs}}},
                         {"cases", cases}};
   return out.dump(2);
 }

@@ -13,10 +13,13 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace customop::gradcheck {
 
@@ -156,6 +159,33 @@ CaseResult run_case(const std::function<GradcheckResult(const GradcheckOptions&)
   return base;
 }
 
+/// Runs `jobs` on up to `threads` threads, each taking the next job in turn; the results keep
+/// the jobs' order. A job never throws (run_case turns errors into kError cases).
+std::vector<CaseResult> run_jobs(const std::vector<std::function<CaseResult()>>& jobs,
+                                 int threads) {
+  std::vector<CaseResult> out(jobs.size());
+  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(1, threads)),
+                                              jobs.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t k = next++; k < jobs.size(); k = next++) out[k] = jobs[k]();
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < n; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return out;
+}
+
+/// A job that returns an already decided case (a skip or an error).
+std::function<CaseResult()> decided(CaseResult c) {
+  return [c = std::move(c)] { return c; };
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::string tally(const RunSummary& s, std::size_t from, double seconds) {
   int counts[4] = {0, 0, 0, 0};
   int64_t fwd = 0, vjp = 0;
@@ -191,10 +221,13 @@ RunSummary run_registered_ops(const RunOptions& options) {
   if (want_cuda && !have_cuda && options.progress) options.progress("cuda: no GPU, skipped");
 
   RunSummary summary;
+  summary.jobs = std::max(1, options.jobs);
+  const auto run_t0 = std::chrono::steady_clock::now();
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpCore& op = *ops[k];
     const std::size_t first_case = summary.cases.size();
     const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::function<CaseResult()>> jobs;
     for (auto device : options.devices) {
       auto skip = [&](const std::string& dtype, const std::string& why) {
         CaseResult c;
@@ -203,7 +236,7 @@ RunSummary run_registered_ops(const RunOptions& options) {
         c.dtype = dtype;
         c.status = CaseStatus::kSkipped;
         c.reason = why;
-        summary.cases.push_back(std::move(c));
+        jobs.push_back(decided(std::move(c)));
       };
       if (device == c10::DeviceType::CUDA && !have_cuda) {
         skip("all", "cuda: no GPU, skipped");
@@ -233,7 +266,7 @@ RunSummary run_registered_ops(const RunOptions& options) {
           c.dtype = detail::dtype_name(dtype);
           c.status = CaseStatus::kError;
           c.reason = "samples() raised: " + detail::one_line_error(e);
-          summary.cases.push_back(std::move(c));
+          jobs.push_back(decided(std::move(c)));
           continue;
         }
         if (samples.empty()) {
@@ -247,21 +280,22 @@ RunSummary run_registered_ops(const RunOptions& options) {
             base.device = device_str(device);
             base.dtype = detail::dtype_name(dtype);
             base.label = s.label;
-            const torch::jit::Stack args = with_requires_grad(s.args);
-            summary.cases.push_back(
-                run_case([&](const GradcheckOptions& o) { return gradcheck(op, args, o); },
-                         options.check, mode, std::move(base)));
+            jobs.push_back([&op, &options, mode, base = std::move(base),
+                            args = with_requires_grad(s.args)]() mutable {
+              return run_case([&](const GradcheckOptions& o) { return gradcheck(op, args, o); },
+                              options.check, mode, std::move(base));
+            });
           }
         }
       }
     }
+    for (auto& c : run_jobs(jobs, summary.jobs)) summary.cases.push_back(std::move(c));
     if (options.progress) {
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       options.progress("[" + std::to_string(k + 1) + "/" + std::to_string(ops.size()) + "] " +
-                       op.name() + ": " + tally(summary, first_case, secs));
+                       op.name() + ": " + tally(summary, first_case, since(t0)));
     }
   }
+  summary.seconds = since(run_t0);
   return summary;
 }
 
@@ -271,10 +305,14 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
   const bool have_cuda = want_cuda && torch::cuda::is_available();
   if (want_cuda && !have_cuda && options.progress) options.progress("cuda: no GPU, skipped");
   RunSummary summary;
+  summary.jobs = std::max(1, options.jobs);
+  const auto run_t0 = std::chrono::steady_clock::now();
+  // Every spec case's jobs at once (a spec case is often a single job), then the progress.
+  std::vector<std::function<CaseResult()>> jobs;
+  std::vector<std::size_t> first_job(cases.size() + 1, 0);
   for (std::size_t k = 0; k < cases.size(); ++k) {
     const SpecCase& sc = cases[k];
-    const std::size_t first_case = summary.cases.size();
-    const auto t0 = std::chrono::steady_clock::now();
+    first_job[k] = jobs.size();
     const auto dot = sc.op.find('.', sc.op.find("::") == std::string::npos ? 0 : sc.op.find("::"));
     const std::string name = sc.op.substr(0, dot);
     const std::string overload = dot == std::string::npos ? "" : sc.op.substr(dot + 1);
@@ -288,7 +326,7 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
         c.label = sc.label;
         c.status = CaseStatus::kSkipped;
         c.reason = "cuda: no GPU, skipped";
-        summary.cases.push_back(std::move(c));
+        jobs.push_back(decided(std::move(c)));
         continue;
       }
       std::vector<c10::ScalarType> dtypes = options.dtypes;
@@ -303,7 +341,7 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
           if (!handle.has_value()) {
             base.status = CaseStatus::kError;
             base.reason = "no operator " + sc.op + " is registered";
-            summary.cases.push_back(std::move(base));
+            jobs.push_back(decided(std::move(base)));
             continue;
           }
           torch::jit::Stack args;
@@ -312,31 +350,39 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
           } catch (const std::exception& e) {
             base.status = CaseStatus::kError;
             base.reason = detail::one_line_error(e);
-            summary.cases.push_back(std::move(base));
+            jobs.push_back(decided(std::move(base)));
             continue;
           }
-          const OpCore* core = find_op(name);
-          CaseResult c = run_case(
-              [&](const GradcheckOptions& o) {
-                return core != nullptr && overload.empty() ? gradcheck(*core, args, o)
-                                                           : gradcheck(*handle, args, o);
-              },
-              options.check, mode, std::move(base));
-          if (sc.dtype_fixed && !c.result.dtype.empty()) {
-            c.dtype = c.result.dtype;
-          }
-          summary.cases.push_back(std::move(c));
+          const OpCore* core = overload.empty() ? find_op(name) : nullptr;
+          jobs.push_back([core, handle = *handle, &options, mode, fixed = sc.dtype_fixed,
+                          base = std::move(base), args = std::move(args)]() mutable {
+            CaseResult c = run_case(
+                [&](const GradcheckOptions& o) {
+                  return core != nullptr ? gradcheck(*core, args, o) : gradcheck(handle, args, o);
+                },
+                options.check, mode, std::move(base));
+            if (fixed && !c.result.dtype.empty()) c.dtype = c.result.dtype;
+            return c;
+          });
         }
       }
     }
-    if (options.progress) {
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  first_job[cases.size()] = jobs.size();
+  summary.cases = run_jobs(jobs, summary.jobs);
+  if (options.progress) {
+    for (std::size_t k = 0; k < cases.size(); ++k) {
+      double secs = 0;
+      for (std::size_t j = first_job[k]; j < first_job[k + 1]; ++j) secs += summary.cases[j].seconds;
+      RunSummary part;
+      part.cases.assign(summary.cases.begin() + static_cast<std::ptrdiff_t>(first_job[k]),
+                        summary.cases.begin() + static_cast<std::ptrdiff_t>(first_job[k + 1]));
       options.progress("[" + std::to_string(k + 1) + "/" + std::to_string(cases.size()) + "] " +
-                       sc.op + (sc.label.empty() ? "" : " \"" + sc.label + "\"") + ": " +
-                       tally(summary, first_case, secs));
+                       cases[k].op + (cases[k].label.empty() ? "" : " \"" + cases[k].label + "\"") +
+                       ": " + tally(part, 0, secs));
     }
   }
+  summary.seconds = since(run_t0);
   return summary;
 }
 

@@ -139,12 +139,13 @@ TEST(Gradcheck, PassesFiveXInFloat64AtTheModelledCost) {
     EXPECT_TRUE(r.passed) << r.message();
     EXPECT_EQ(first_line(r.message()), "gradcheck passed");
     EXPECT_EQ(r.method, "central");
-    // Slow: 1 forward with grad + 1 numerical base + 2 per input element; 2 VJPs per output
-    // element, then one for the zero grad_output and one for undefined grads.
+    // Slow: 1 forward with grad + 1 numerical base + 2 per input element; 1 VJP per output
+    // element, 2 per output for reentrancy (one dense grad_output), then one for the zero
+    // grad_output and one for undefined grads (torch: 2 per output element + 2).
     // Fast: 1 + 1 + 2 per input; 2 per output, + 2.
     if (mode == gc::Mode::kSlow) {
       EXPECT_EQ(r.counts.forward_calls, 2 + 2 * 4);
-      EXPECT_EQ(r.counts.vjp_calls, 2 * 4 + 2);
+      EXPECT_EQ(r.counts.vjp_calls, 4 + 2 + 2);
     } else {
       EXPECT_EQ(r.counts.forward_calls, 2 + 2);
       EXPECT_EQ(r.counts.vjp_calls, 2 + 2);
@@ -435,6 +436,40 @@ TEST(Checks, FastModeToleranceIsNotScaledByProjectionSums) {
     EXPECT_TRUE(gc::gradcheck(corpus_op("scale_off_by_hundredth"), stack_of({x, 0.001}), o)
                     .failed(gc::Check::kJacobian))
         << "seed " << seed;
+  }
+}
+
+// Fast mode's guarantee (options.h, Mode::kFast): a Jacobian wrong in one entry E of m x n is
+// caught on every seed when |E| > 8 sqrt(m n) tau, tau the projection's tolerance, because every
+// entry of u and v is at least 1 / (2 sqrt(count)). Checked on SIMD tail slips (the last of 15
+// grads; the last of 4096): the premise holds with tau read off the correct twin, and the slip
+// fails on every seed.
+TEST(Checks, FastModeCatchesOneWrongEntryOnEverySeed) {
+  const std::pair<const char*, const char*> ops[] = {{"cube_tail", "cube_tail_slip"},
+                                                     {"sum_4096", "sum_4096_tail_slip"}};
+  for (const auto& [correct, slip] : ops) {
+    const auto& good = corpus_op(correct);
+    const auto& bad = corpus_op(slip);
+    const bool big = std::string(correct) == "sum_4096";
+    for (std::uint64_t seed = 0; seed < (big ? 10u : 100u); ++seed) {
+      for (const auto& s : customop::testing::differentiable_samples(
+               good, c10::Device(at::kCPU), at::kDouble, seed)) {
+        auto o = no_raise(gc::Mode::kFast);
+        o.seed = seed;
+        o.check_layout_variants = false;
+        const auto ok = gc::gradcheck(good, s.args, o);
+        ASSERT_TRUE(ok.passed) << correct << " seed " << seed << ": " << ok.message();
+        const at::Tensor x = s.args[0].toTensor().detach().contiguous().reshape({-1});
+        const double n = static_cast<double>(x.numel());
+        const double m = big ? 1.0 : n;
+        const double last = x[x.numel() - 1].item<double>();
+        const double dropped = big ? 1.0 : 3 * last * last;  // the entry the slip leaves out
+        const double tau = ok.pairs.at(0).worst.tolerance;
+        EXPECT_GT(dropped, 8 * std::sqrt(m * n) * tau) << correct << " seed " << seed;
+        EXPECT_TRUE(gc::gradcheck(bad, s.args, o).failed(gc::Check::kJacobian))
+            << slip << " seed " << seed << " sample " << s.label;
+      }
+    }
   }
 }
 

@@ -58,15 +58,20 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, doub
     const at::Tensor pooled = num.size(1) > 0 ? std::get<0>(half.median(1, /*keepdim=*/true))
                                               : at::zeros({num.size(0), 1}, at::kDouble);
     const at::Tensor noise = nb.noise.defined() ? nb.noise : at::zeros_like(num);
-    const at::Tensor row_max =
-        num.size(1) > 0 ? std::get<0>(ana.abs().max(1, /*keepdim=*/true)) : pooled;
+    // The backward's rounding scales with its intermediate terms, which can cancel to an
+    // entry far smaller than them (gelu's derivative at x = -3 is ~1e-4 from terms ~1): the
+    // largest entry of the block stands in for their size.
+    // (NaN and inf entries fail on their own; they do not widen the others' bounds.)
+    const at::Tensor block_max = ana.numel() > 0
+                                     ? at::nan_to_num(ana.abs(), 0.0, 0.0, 0.0).max()
+                                     : at::zeros({}, at::kDouble);
     // Ridders' tableau combines differences with weights whose magnitudes add up to about
     // ((c^2 + 1) / (c^2 - 1))^3 ~ 4.6 for c = 2 over three orders: rounding noise at the
     // smallest step grows by that much in the extrapolated value.
     const double amplification = nb.extrapolated ? 5.0 : 1.0;
     const at::Tensor rest =
         S * (nb.error + amplification * pooled + noise_weight(nb.extrapolated) * noise);
-    rounding = S * 16 * u_ana * (ana.abs() + row_max) + nondet_tol;
+    rounding = S * 16 * u_ana * (ana.abs() + block_max) + nondet_tol;
     kink = jump > 0.1 * scale + rest + rounding;
     const at::Tensor smooth = nb.extrapolated ? at::zeros_like(half) : half;
     if (detect_nd && sides) {

@@ -21,8 +21,9 @@ enum class Mode : std::uint8_t {
   /// Full Jacobians, as torch.autograd.gradcheck's default: the numerical Jacobian by central
   /// differences per input element, (f(x + h) - f(x - h)) / ((x + h) - (x - h)) with the
   /// perturbation as stored (2 forward calls each, 2 per Ridders level), the analytical one by
-  /// one VJP per output element with a one-hot grad_output (done twice, for the reentrancy
-  /// check). Mismatches are judged per entry, per (output, input) pair.
+  /// one VJP per output element with a one-hot grad_output. The reentrancy check runs two
+  /// VJPs per output with one dense random grad_output (torch runs every one-hot VJP twice:
+  /// m VJPs per output more). Mismatches are judged per entry, per (output, input) pair.
   kSlow,
   /// Random projections: with seeded random unit vectors u (per input) and v (per output),
   /// compares v^T (J u) (numerical, 2 forward calls per input) with (v^T J) u (analytical,
@@ -91,10 +92,11 @@ std::string_view low_precision_method_name(LowPrecisionMethod method);
 ///   whose tableau weights add up to ~4.6 over three orders and amplify that noise).
 /// - r: the numerical side's rounding, u_num (|f(x+h)| + |f(x-h)|) / (2h), with u_num the unit
 ///   roundoff of the dtype the differences ran in (float64 for the float64 reference).
-/// - a: the analytical side's rounding, u_ana (|analytical| + max |analytical| over the row),
-///   with u_ana the unit roundoff of the backward's dtype (6e-8 for a float32 backward).
+/// - a: the analytical side's rounding, u_ana (|analytical| + max |analytical| over the
+///   (output, input) block: the backward's terms can cancel to an entry far smaller than
+///   them), with u_ana the unit roundoff of the backward's dtype (6e-8 for a float32 one).
 /// For smooth float64 ops the bound is ~1e-9 of the entry, so a 0.1 % error (1e-3) fails; a
-/// float32 backward against the float64 reference gets ~1e-5 of its row's largest entry.
+/// float32 backward against the float64 reference gets ~1e-5 of its block's largest entry.
 /// Fast mode applies the same terms to the projection v^T J u (|v|-weighted sums of w and r,
 /// and u_ana |v^T J| |u| for a).
 ///

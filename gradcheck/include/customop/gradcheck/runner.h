@@ -57,6 +57,8 @@ struct CaseResult {
 /// All cases of a run.
 struct RunSummary {
   std::vector<CaseResult> cases;
+  double seconds = 0;  ///< wall time of the whole run (cases run in parallel: less than their sum)
+  int jobs = 1;        ///< how many cases ran at once
   /// Counts the cases with one status.
   /// \param status  the status
   /// \returns the number of cases with it
@@ -82,6 +84,10 @@ struct RunOptions {
   GradcheckOptions check;
   /// Called with one progress line per op (and per skipped device); may be empty.
   std::function<void(const std::string&)> progress;
+  /// How many cases run at once, each on its own thread (cases are independent: own leaves,
+  /// own generator; samples are drawn before, in order). Results keep their order; progress
+  /// lines come per op (per spec case) once its cases are done. 1: one after the other.
+  int jobs = 1;
 };
 
 /// Matches an op name against a shell-style glob.
