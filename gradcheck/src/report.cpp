@@ -34,9 +34,12 @@ nlohmann::json number(double v) {
 }
 
 nlohmann::json element_json(const ElementReport& e) {
-  return {{"output_index", e.output_index},   {"input_index", e.input_index},
-          {"numerical", number(e.numerical)}, {"analytical", number(e.analytical)},
-          {"abs_error", number(e.abs_error)}, {"rel_error", number(e.rel_error)},
+  return {{"output_index", e.output_index},
+          {"input_index", e.input_index},
+          {"numerical", number(e.numerical)},
+          {"analytical", number(e.analytical)},
+          {"abs_error", number(e.abs_error)},
+          {"rel_error", number(e.rel_error)},
           {"tolerance", number(e.tolerance)},
           {"error_estimate", number(e.error_estimate)},
           {"rounding_bound", number(e.rounding_bound)}};

@@ -326,9 +326,8 @@ TEST(Checks, KinkAcceptsSubgradientsAndReportsOthers) {
     EXPECT_THAT(r.notes.back(), HasSubstr("1 entries lie at a kink within the step"));
     EXPECT_EQ(r.pairs.at(0).kink_entries, 1);
   }
-  const auto bad =
-      gc::gradcheck(corpus_op("relu_bad_subgradient"), stack_of({leaf({-1.0, 0.0, 2.0})}),
-                    no_raise());
+  const auto bad = gc::gradcheck(corpus_op("relu_bad_subgradient"),
+                                 stack_of({leaf({-1.0, 0.0, 2.0})}), no_raise());
   ASSERT_FALSE(bad.passed);
   EXPECT_TRUE(bad.failed(gc::Check::kNotDifferentiable)) << bad.message();
   EXPECT_FALSE(bad.failed(gc::Check::kJacobian)) << bad.message();
@@ -452,8 +451,8 @@ TEST(Checks, FastModeCatchesOneWrongEntryOnEverySeed) {
     const auto& bad = corpus_op(slip);
     const bool big = std::string(correct) == "sum_4096";
     for (std::uint64_t seed = 0; seed < (big ? 10u : 100u); ++seed) {
-      for (const auto& s : customop::testing::differentiable_samples(
-               good, c10::Device(at::kCPU), at::kDouble, seed)) {
+      for (const auto& s : customop::testing::differentiable_samples(good, c10::Device(at::kCPU),
+                                                                     at::kDouble, seed)) {
         auto o = no_raise(gc::Mode::kFast);
         o.seed = seed;
         o.check_layout_variants = false;

@@ -77,7 +77,7 @@ REASONS = {
     "backward contiguous grad_outputs, so a kernel that reads memory as if contiguous passes "
     "it; customop-gradcheck also runs each input and grad_output strided and transposed",
     "fine": "fine: torch's fixed rtol 1e-3 passes a 0.1 % error; customop-gradcheck judges by "
-    "error estimates (~1e-9 of the entry in float64)",
+    "error estimates (~1e-6 of the entry in float64)",
     "kink": "kink: torch's central difference straddles abs's kink and fails a correct op; "
     "customop-gradcheck accepts values between the one-sided derivatives",
     "dilution": "dilution: torch's fast mode (uniform [0, 1) projections, rtol 1e-3 of v^T J u) "

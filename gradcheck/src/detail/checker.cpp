@@ -441,12 +441,15 @@ class Checker {
   void check_reentrancy_dense() {
     for (std::size_t i = 0; i < num_outputs_; ++i) {
       const auto& y = diff_outputs_[i];
-      const at::Tensor g = (at::rand(y.sizes(), gen_, at::TensorOptions().dtype(at::kDouble)) * 2 - 1)
-                               .to(y.options().requires_grad(false));
+      const at::Tensor g =
+          (at::rand(y.sizes(), gen_, at::TensorOptions().dtype(at::kDouble)) * 2 - 1)
+              .to(y.options().requires_grad(false));
       const auto g1 = vjp({y}, {g}, c_.leaves, result_.counts);
       const auto g2 = vjp({y}, {g}, c_.leaves, result_.counts);
       note_grad_metadata(g1);
-      for (std::size_t j = 0; j < num_inputs_; ++j) note_reentrancy(to_rows(g1, j), to_rows(g2, j), j);
+      for (std::size_t j = 0; j < num_inputs_; ++j) {
+        note_reentrancy(to_rows(g1, j), to_rows(g2, j), j);
+      }
     }
   }
 
@@ -507,9 +510,9 @@ class Checker {
       }
       const at::Tensor coin =
           at::rand(u[j].sizes(), gen_, at::TensorOptions().dtype(at::kDouble)) < 0.5;
-      const at::Tensor sign = at::where(
-          toward != 0, toward.sign(),
-          at::where(coin, at::full_like(toward, -1.0), at::full_like(toward, 1.0)));
+      const at::Tensor sign =
+          at::where(toward != 0, toward.sign(),
+                    at::where(coin, at::full_like(toward, -1.0), at::full_like(toward, 1.0)));
       u[j] = u[j].abs() * sign;
     }
   }
@@ -557,8 +560,13 @@ class Checker {
     p.bad_entries = p.passed ? 0 : 1;
     p.worst_abs_error = abs_err;
     p.worst_rel_error = numerical != 0 ? abs_err / std::abs(numerical) : abs_err;
-    p.worst = {{},           {},           numerical,      analytical,    abs_err,
-               p.worst_rel_error, bound.tolerance, bound.estimate, bound.rounding};
+    p.worst.numerical = numerical;
+    p.worst.analytical = analytical;
+    p.worst.abs_error = abs_err;
+    p.worst.rel_error = p.worst_rel_error;
+    p.worst.tolerance = bound.tolerance;
+    p.worst.error_estimate = bound.estimate;
+    p.worst.rounding_bound = bound.rounding;
     return p;
   }
 

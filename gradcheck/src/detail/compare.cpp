@@ -62,9 +62,8 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, doub
     // entry far smaller than them (gelu's derivative at x = -3 is ~1e-4 from terms ~1): the
     // largest entry of the block stands in for their size.
     // (NaN and inf entries fail on their own; they do not widen the others' bounds.)
-    const at::Tensor block_max = ana.numel() > 0
-                                     ? at::nan_to_num(ana.abs(), 0.0, 0.0, 0.0).max()
-                                     : at::zeros({}, at::kDouble);
+    const at::Tensor block_max = ana.numel() > 0 ? at::nan_to_num(ana.abs(), 0.0, 0.0, 0.0).max()
+                                                 : at::zeros({}, at::kDouble);
     // Ridders' tableau combines differences with weights whose magnitudes add up to about
     // ((c^2 + 1) / (c^2 - 1))^3 ~ 4.6 for c = 2 over three orders: rounding noise at the
     // smallest step grows by that much in the extrapolated value.
@@ -141,10 +140,9 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, doub
   return out;
 }
 
-ProjectionBound projection_bound(double numerical, double extrapolation_error,
-                                 double half_spread, double noise, double ana_scale,
-                                 double u_ana, double nondet_slack, bool extrapolated,
-                                 const Tolerances& tol) {
+ProjectionBound projection_bound(double numerical, double extrapolation_error, double half_spread,
+                                 double noise, double ana_scale, double u_ana, double nondet_slack,
+                                 bool extrapolated, const Tolerances& tol) {
   ProjectionBound b;
   if (tol.estimated) {
     constexpr double S = kEstimateSafety;

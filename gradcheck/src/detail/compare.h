@@ -55,10 +55,9 @@ struct ProjectionBound {
 /// `half_spread`: sum_k |v_k| |right_k - left_k| / 2; `noise`: sum_k |v_k| noise_k;
 /// `ana_scale`: |v^T J| |u| (analytical, Euclidean norms); `u_ana` as compare_block's;
 /// `nondet_slack`: nondet_tol * sum |u| (the spread the backward may show between runs).
-ProjectionBound projection_bound(double numerical, double extrapolation_error,
-                                 double half_spread, double noise, double ana_scale,
-                                 double u_ana, double nondet_slack, bool extrapolated,
-                                 const Tolerances& tol);
+ProjectionBound projection_bound(double numerical, double extrapolation_error, double half_spread,
+                                 double noise, double ana_scale, double u_ana, double nondet_slack,
+                                 bool extrapolated, const Tolerances& tol);
 
 /// Two lines: the worst entry of `p` (d out_name[i] / d in_name[k], numerical vs analytical,
 /// errors, the tolerances, the step rule `steps` and `seed`) and its count of bad entries.

@@ -24,10 +24,11 @@ namespace customop::gradcheck::detail {
 /// an input variant is evaluated under grad mode and its outputs and grads (for seeded
 /// grad_outputs) compared with the given layout's; a grad_output variant is handed to the
 /// VJP of the given layout's outputs and its grads compared. Equal means equal to rounding:
-/// |a - b| <= 64 * eps(dtype) * max(1, max |b|) (+ `nondet_tol` for grads, which a backward
-/// may vary by), NaN where the other has NaN; grads are not compared when the reentrancy check
-/// failed (a nondeterministic backward says nothing about layouts). `f` counts its
-/// forward calls into result.layout_counts; the VJPs are counted there too. A mismatch, or an
+/// |a - b| <= 16 (4 + sqrt(K)) eps(dtype) max(1, max |b|, max |input|), K the largest input's
+/// element count (a reduction summed in another order rounds differently) (+ `nondet_tol` for
+/// grads, which a backward may vary by), NaN where the other has NaN; grads are not compared when
+/// the reentrancy check failed (a nondeterministic backward says nothing about layouts). `f` counts
+/// its forward calls into result.layout_counts; the VJPs are counted there too. A mismatch, or an
 /// error raised only for the variant, is a Check::kLayout failure naming the variant and the
 /// argument. Records the variants that ran in result.layout_variants.
 void check_layout_variants(const Function& f, const Checked& c, std::uint64_t seed,

@@ -239,8 +239,8 @@ void register_elementwise() {
                  &near_ten_samples, 1.001);
     define_unary("customop_mutants::abs_near_kink(Tensor x) -> Tensor", &abs_of, &abs_slope,
                  &near_kink_samples);
-    define_unary("customop_mutants::cube_scale_0p1pct(Tensor x) -> Tensor", &cube_of,
-                 &cube_slope, &x_samples, 1.001);
+    define_unary("customop_mutants::cube_scale_0p1pct(Tensor x) -> Tensor", &cube_of, &cube_slope,
+                 &x_samples, 1.001);
     define_unary("customop_mutants::cube_tail(Tensor x) -> Tensor", &cube_of, &cube_slope,
                  &tail_samples);
     define_unary("customop_mutants::cube_tail_slip(Tensor x) -> Tensor", &cube_of, &cube_slope,

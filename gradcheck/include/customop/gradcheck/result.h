@@ -58,10 +58,10 @@ struct ElementReport {
   double numerical = 0;
   double analytical = 0;
   double abs_error = 0;
-  double rel_error = 0;  ///< abs_error / |numerical|; abs_error where numerical is exactly 0
-  double tolerance = 0;  ///< what |analytical - numerical| may reach: error_estimate +
-                         ///< rounding_bound (Tolerances: estimated rule), or atol + rtol *
-                         ///< |numerical| + the extrapolation's error estimate (fixed rule)
+  double rel_error = 0;       ///< abs_error / |numerical|; abs_error where numerical is exactly 0
+  double tolerance = 0;       ///< what |analytical - numerical| may reach: error_estimate +
+                              ///< rounding_bound (Tolerances: estimated rule), or atol + rtol *
+                              ///< |numerical| + the extrapolation's error estimate (fixed rule)
   double error_estimate = 0;  ///< the numerical side's error estimate, safety factor included
   double rounding_bound = 0;  ///< the analytical side's rounding bound, safety factor included
                               ///< (0 under the fixed rule)
