@@ -159,6 +159,37 @@ class Counter:
         self.vjp = 0
 
 
+def as_function(op, args, leaf, counter=None):
+    """(fn, tensors): the op as a function of its tensor arguments only (Tensor[] elements
+    flattened), for torch.autograd.gradcheck; leaf(t) makes each tensor's leaf; counter, when
+    given, counts the calls."""
+    tensors, rebuild = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            rebuild.append(("t", len(tensors)))
+            tensors.append(leaf(a))
+        elif isinstance(a, list):
+            rebuild.append(("l", len(tensors), len(a)))
+            tensors.extend(leaf(t) for t in a)
+        else:
+            rebuild.append(("v", a))
+
+    def fn(*ts):
+        if counter is not None:
+            counter.forward += 1
+        call = []
+        for item in rebuild:
+            if item[0] == "t":
+                call.append(ts[item[1]])
+            elif item[0] == "l":
+                call.append(list(ts[item[1]:item[1] + item[2]]))
+            else:
+                call.append(item[1])
+        return op(*call)
+
+    return fn, tuple(tensors)
+
+
 def torch_verdict(name, dtype, fast, seed=0):
     """(passed, reason, counter) of torch.autograd.gradcheck over the op's samples."""
     op = getattr(torch.ops.customop_mutants, name)
@@ -170,32 +201,10 @@ def torch_verdict(name, dtype, fast, seed=0):
         return real_grad(*args, **kwargs)
 
     for args in samples(name, dtype, seed):
-        tensors, rebuild = [], []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                rebuild.append(("t", len(tensors)))
-                tensors.append(a.detach().requires_grad_(True))
-            elif isinstance(a, list):
-                rebuild.append(("l", len(tensors), len(a)))
-                tensors.extend(t.detach().requires_grad_(True) for t in a)
-            else:
-                rebuild.append(("v", a))
-
-        def fn(*ts, rebuild=rebuild):
-            counter.forward += 1
-            call = []
-            for item in rebuild:
-                if item[0] == "t":
-                    call.append(ts[item[1]])
-                elif item[0] == "l":
-                    call.append(list(ts[item[1]:item[1] + item[2]]))
-                else:
-                    call.append(item[1])
-            return op(*call)
-
+        fn, tensors = as_function(op, args, lambda t: t.detach().requires_grad_(True), counter)
         torch.autograd.grad = counting_grad
         try:
-            ok = torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=fast,
+            ok = torch.autograd.gradcheck(fn, tensors, fast_mode=fast,
                                           raise_exception=True)
         except Exception as e:  # GradcheckError, or the op's backward raising through it
             return False, str(e).splitlines()[0] if str(e) else type(e).__name__, counter
@@ -347,30 +356,9 @@ def _spec_args(args):
 def _torch_caught(name, args, fast):
     """torch.autograd.gradcheck's verdict on exactly these inputs: True when it fails."""
     op = getattr(torch.ops.customop_mutants, name)
-    tensors, rebuild = [], []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            rebuild.append(("t", len(tensors)))
-            tensors.append(_as_spec_layout(a).requires_grad_(True))
-        elif isinstance(a, list):
-            rebuild.append(("l", len(tensors), len(a)))
-            tensors.extend(_as_spec_layout(t).requires_grad_(True) for t in a)
-        else:
-            rebuild.append(("v", a))
-
-    def fn(*ts):
-        call = []
-        for item in rebuild:
-            if item[0] == "t":
-                call.append(ts[item[1]])
-            elif item[0] == "l":
-                call.append(list(ts[item[1]:item[1] + item[2]]))
-            else:
-                call.append(item[1])
-        return op(*call)
-
+    fn, tensors = as_function(op, args, lambda t: _as_spec_layout(t).requires_grad_(True))
     try:
-        return not torch.autograd.gradcheck(fn, tuple(tensors), fast_mode=fast,
+        return not torch.autograd.gradcheck(fn, tensors, fast_mode=fast,
                                             raise_exception=False)
     except Exception:  # the op's backward raising through gradcheck: a failed verdict
         return True
