@@ -426,7 +426,8 @@ TEST(Checks, FastModeToleranceIsNotScaledByProjectionSums) {
   auto fixed = no_raise(gc::Mode::kFast);
   fixed.atol = 1e-5;
   fixed.rtol = 1e-3;
-  const auto& wf = gc::gradcheck(corpus_op("cube"), stack_of({x}), fixed).pairs.at(0).worst;
+  const auto rf = gc::gradcheck(corpus_op("cube"), stack_of({x}), fixed);
+  const auto& wf = rf.pairs.at(0).worst;
   EXPECT_DOUBLE_EQ(wf.tolerance, 1e-5 + 1e-3 * std::abs(wf.numerical));
   // And a constant added to every grad (a rank-1 error along 1 1^T) is seen at every seed.
   for (std::uint64_t seed = 0; seed < 20; ++seed) {
