@@ -2,6 +2,7 @@
 
 #include "detail/compare.h"
 #include "detail/numerical.h"
+#include "detail/values.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -48,14 +49,22 @@ int rank(c10::ScalarType t) {
 // Positive entries also keep c * 1 1^T errors (a constant added to every grad, a broadcast
 // dimension reduced wrongly) from cancelling in the projection.
 at::Tensor bounded_unit(int64_t n, at::Generator& gen) {
-  at::Tensor u = at::rand({n}, gen, at::TensorOptions().dtype(at::kDouble)) + 1.0;
-  const double norm = u.norm().item<double>();
-  return norm > 0 ? u / norm : u;
+  at::Tensor u = at::rand({n}, gen, at::TensorOptions().dtype(at::kDouble));
+  double* p = u.mutable_data_ptr<double>();
+  for (int64_t k = 0; k < n; ++k) p[k] += 1.0;
+  const double norm = norm2(values_of(u));
+  if (norm > 0) {
+    for (int64_t k = 0; k < n; ++k) p[k] /= norm;
+  }
+  return u;
 }
 
-/// True when `g` holds a nonzero element.
+/// True when `g` holds a nonzero element (NaN counts as nonzero).
 bool has_nonzero(const at::Tensor& g) {
-  return g.defined() && g.numel() > 0 && (g != 0).any().item<bool>();
+  if (!g.defined() || g.numel() == 0) return false;
+  const at::Tensor flat = flat_double(g);  // holds the elements values_of points into
+  const auto values = values_of(flat);
+  return std::any_of(values.begin(), values.end(), [](double x) { return x != 0; });
 }
 
 /// One check_function call: the state the checks share, one member function per check.
@@ -186,8 +195,14 @@ class Checker {
       if (!a.defined() || !b.defined() || !at::isFloatingType(a.scalar_type())) continue;
       if (a.sizes() != b.sizes()) continue;  // the stability check reports it
       const at::Tensor da = flat_double(a), db = flat_double(b);
-      if (at::allclose(da, db, tol_.rtol, tol_.atol, /*equal_nan=*/true)) continue;
-      const double worst = (da - db).abs().max().item<double>();
+      const auto va = values_of(da), vb = values_of(db);
+      bool close = true;  // as allclose(rtol, atol, equal_nan=true): NaN matches NaN, inf itself
+      for (std::size_t k = 0; k < va.size() && close; ++k) {
+        close = va[k] == vb[k] || (std::isnan(va[k]) && std::isnan(vb[k])) ||
+                std::abs(va[k] - vb[k]) <= tol_.atol + tol_.rtol * std::abs(vb[k]);
+      }
+      if (close) continue;
+      const double worst = max_abs_diff(va, vb);
       fail(Check::kForwardGradMode, -1, -1,
            "forward output " + std::to_string(o) + " ('" + out_name(o) +
                "') differs with and without grad mode",
@@ -456,25 +471,44 @@ class Checker {
   /// Numerical columns of input j (slow), one element perturbed at a time.
   NumericalBlock numerical_block(std::size_t j) {
     const int64_t n = num_->numel(j);
-    NumericalBlock b;
-    b.value = at::zeros({num_->total(), n}, at::kDouble);
-    b.error = at::zeros_like(b.value);
-    b.left = at::zeros_like(b.value);
-    b.right = at::zeros_like(b.value);
-    b.noise = at::zeros_like(b.value);
+    const int64_t rows = num_->total();
+    const auto block = [&] { return at::empty({rows, n}, at::TensorOptions().dtype(at::kDouble)); };
+    NumericalBlock b{block(), block(), block(), block(), block(), rule_.ridders};
+    double* value = b.value.mutable_data_ptr<double>();
+    double* error = b.error.mutable_data_ptr<double>();
+    double* left = b.left.mutable_data_ptr<double>();
+    double* right = b.right.mutable_data_ptr<double>();
+    double* noise = b.noise.mutable_data_ptr<double>();
+    // Column k of a row-major [rows, n] block from a float64 [rows] vector.
+    const auto put = [&](double* dst, int64_t k, const at::Tensor& column) {
+      const auto c = values_of(column);
+      for (int64_t r = 0; r < rows; ++r) dst[r * n + k] = c[r];
+    };
     for (int64_t k = 0; k < n; ++k) {
       const Sampled s = num_->sample_element(j, k);
+      // Each level's difference per unit of the perturbation applied (the input's dtype may
+      // round x +- h), unless the nominal step is the rule.
       std::vector<at::Tensor> samples;
       for (const auto& l : s.levels) {
         const double w = l.w.item<double>();
-        samples.push_back(nominal_step_ ? l.diff : (w != 0 ? l.diff / w : at::zeros_like(l.diff)));
+        if (nominal_step_ || w == 1.0) {
+          samples.push_back(l.diff);
+        } else {
+          const auto d = values_of(l.diff);
+          samples.push_back(tabulate(rows, [&](int64_t r) { return w != 0 ? d[r] / w : 0.0; }));
+        }
       }
-      const Estimate e = ridders_extrapolate(samples, rule_.shrink);
-      b.value.select(1, k).copy_(e.value);
-      b.error.select(1, k).copy_(e.error);
-      b.left.select(1, k).copy_(s.left);
-      b.right.select(1, k).copy_(s.right);
-      b.noise.select(1, k).copy_(s.noise);
+      if (samples.size() == 1) {
+        put(value, k, samples[0]);
+        for (int64_t r = 0; r < rows; ++r) error[r * n + k] = 0.0;
+      } else {
+        const Estimate e = ridders_extrapolate(samples, rule_.shrink);
+        put(value, k, e.value);
+        put(error, k, e.error);
+      }
+      put(left, k, s.left);
+      put(right, k, s.right);
+      put(noise, k, s.noise);
     }
     return b;
   }
@@ -503,17 +537,24 @@ class Checker {
   void signs_from_analytical(std::vector<at::Tensor>& u,
                              const std::vector<std::vector<at::Tensor>>& vj) {
     for (std::size_t j = 0; j < num_inputs_; ++j) {
-      at::Tensor toward = at::zeros_like(u[j]);
+      const int64_t n = u[j].numel();
+      std::vector<double> toward(static_cast<std::size_t>(n), 0.0);
       for (std::size_t i = 0; i < num_outputs_; ++i) {
-        const double na = vj[i][j].norm().item<double>();
-        if (na > 0 && std::isfinite(na)) toward += vj[i][j] / na;
+        const auto a = values_of(vj[i][j]);
+        TORCH_INTERNAL_ASSERT(static_cast<int64_t>(a.size()) == n, "v^T J of ", a.size(),
+                              " elements for input ", j, " of ", n);
+        const double na = norm2(a);
+        if (!(na > 0 && std::isfinite(na))) continue;
+        for (int64_t k = 0; k < n; ++k) toward[k] += a[k] / na;
       }
-      const at::Tensor coin =
-          at::rand(u[j].sizes(), gen_, at::TensorOptions().dtype(at::kDouble)) < 0.5;
-      const at::Tensor sign =
-          at::where(toward != 0, toward.sign(),
-                    at::where(coin, at::full_like(toward, -1.0), at::full_like(toward, 1.0)));
-      u[j] = u[j].abs() * sign;
+      const at::Tensor coin = at::rand({n}, gen_, at::TensorOptions().dtype(at::kDouble));
+      const auto heads = values_of(coin);
+      double* p = u[j].mutable_data_ptr<double>();
+      for (int64_t k = 0; k < n; ++k) {
+        const double t = toward[k];
+        const bool negative = t != 0 ? t < 0 : heads[k] < 0.5;
+        p[k] = negative ? -std::abs(p[k]) : std::abs(p[k]);
+      }
     }
   }
 
@@ -522,32 +563,47 @@ class Checker {
   PairReport compare_projection(const Sampled& s, const at::Tensor& vj, const at::Tensor& u,
                                 const at::Tensor& v_double, std::size_t i, std::size_t j) const {
     const auto [r0, r1] = num_->rows(c_.diff[i]);
-    std::vector<at::Tensor> e_levels;
+    const int64_t m = r1 - r0;
+    const auto v = values_of(v_double), a = values_of(vj), dir = values_of(u);
+    const int64_t n = static_cast<int64_t>(a.size());
+    TORCH_INTERNAL_ASSERT(a.size() == dir.size() && v.size() == static_cast<std::size_t>(m),
+                          "compare_projection: v^T J of ", a.size(), " elements, u of ",
+                          dir.size(), ", v of ", v.size(), " for ", m, " output rows");
+    const double analytical = sum_over(n, [&](int64_t k) { return a[k] * dir[k]; });
+    // The error of each level's projection, numerical minus analytical (the analytical side
+    // along the perturbation actually applied, w, where the input's dtype rounded it).
+    std::vector<double> e_levels;
     for (const auto& l : s.levels) {
-      const at::Tensor nv = (v_double * l.diff.slice(0, r0, r1)).sum();
-      const at::Tensor av = nominal_step_ ? (vj * u).sum() : (vj * l.w).sum();
+      const double* diff = values_of(l.diff).data() + r0;
+      const double nv = sum_over(m, [&](int64_t k) { return v[k] * diff[k]; });
+      const auto w = values_of(l.w);
+      const double av =
+          nominal_step_ ? analytical : sum_over(n, [&](int64_t k) { return a[k] * w[k]; });
       e_levels.push_back(nv - av);
     }
-    const Estimate e = ridders_extrapolate(e_levels, rule_.shrink);
-    const double analytical = (vj * u).sum().item<double>();
-    double numerical = analytical + e.value.item<double>();
-    const at::Tensor weight = v_double.abs();
-    const at::Tensor right = s.right.slice(0, r0, r1), left = s.left.slice(0, r0, r1);
-    const double spread = (weight * (right - left).abs()).sum().item<double>();
+    const auto [e_value, e_error] = ridders_extrapolate(e_levels, rule_.shrink);
+    double numerical = analytical + e_value;
+    const double* right = values_of(s.right).data() + r0;
+    const double* left = values_of(s.left).data() + r0;
+    const double spread =
+        sum_over(m, [&](int64_t k) { return std::abs(v[k]) * std::abs(right[k] - left[k]); });
     // Ridders: its error estimate covers truncation; the spread (at a step far larger) counts
     // only where the one-sided sides disagree like a kink's.
-    const bool kink_like =
-        spread > 0.1 * (weight * at::maximum(right.abs(), left.abs())).sum().item<double>();
+    const bool kink_like = spread > 0.1 * sum_over(m, [&](int64_t k) {
+                                     return std::abs(v[k]) *
+                                            std::max(std::abs(right[k]), std::abs(left[k]));
+                                   });
     const double half_spread = rule_.ridders && !kink_like ? 0.0 : spread / 2;
     // Across a kink an extrapolation means nothing: judge around the one-sided midpoint.
     if (rule_.ridders && kink_like && opt_.detect_nondifferentiable) {
-      numerical = (v_double * (right + left)).sum().item<double>() / 2;
+      numerical = sum_over(m, [&](int64_t k) { return v[k] * (right[k] + left[k]); }) / 2;
     }
-    const double noise = (weight * s.noise.slice(0, r0, r1)).sum().item<double>();
+    const double* noise_k = values_of(s.noise).data() + r0;
+    const double noise = sum_over(m, [&](int64_t k) { return std::abs(v[k]) * noise_k[k]; });
+    const double u_l1 = sum_over(n, [&](int64_t k) { return std::abs(dir[k]); });
     const ProjectionBound bound = projection_bound(
-        numerical, e.error.item<double>(), half_spread, noise,
-        vj.norm().item<double>() * u.norm().item<double>(), analytical_roundoff(i, j),
-        opt_.nondet_tol * u.abs().sum().item<double>(), rule_.ridders, tol_);
+        numerical, e_error, half_spread, noise, norm2(a) * norm2(dir), analytical_roundoff(i, j),
+        opt_.nondet_tol * u_l1, rule_.ridders, tol_);
     PairReport p;
     p.output = static_cast<int>(i);
     p.input = static_cast<int>(j);
@@ -728,8 +784,7 @@ class Checker {
 
   void note_reentrancy(const at::Tensor& a, const at::Tensor& b, std::size_t j) {
     if (a.numel() == 0) return;
-    double d = (a - b).abs().max().item<double>();
-    if (std::isnan(d)) d = INFINITY;
+    const double d = max_abs_diff(values_of(a), values_of(b));
     if (reentrancy_input_ < 0 || d > reentrancy_worst_) {
       reentrancy_worst_ = d;
       reentrancy_input_ = static_cast<int>(j);

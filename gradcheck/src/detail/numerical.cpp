@@ -1,5 +1,7 @@
 #include "detail/numerical.h"
 
+#include "detail/values.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -48,6 +50,16 @@ Estimate ridders_extrapolate(const std::vector<at::Tensor>& samples, double shri
   return {best, err};
 }
 
+std::pair<double, double> ridders_extrapolate(const std::vector<double>& samples, double shrink) {
+  TORCH_INTERNAL_ASSERT(!samples.empty());
+  if (samples.size() == 1) return {samples[0], 0.0};
+  std::vector<at::Tensor> levels;
+  levels.reserve(samples.size());
+  for (const double x : samples) levels.push_back(at::scalar_tensor(x, at::kDouble));
+  const Estimate e = ridders_extrapolate(levels, shrink);
+  return {e.value.item<double>(), e.error.item<double>()};
+}
+
 Numerical::Numerical(const Function& f, const std::vector<at::Tensor>& point, bool reference,
                      StepRule rule, std::vector<at::Tensor> base)
     : f_(f), reference_(reference), rule_(rule) {
@@ -80,9 +92,21 @@ at::Tensor Numerical::concat(const std::vector<at::Tensor>& outs) const {
   return at::cat(parts);
 }
 
-at::Tensor Numerical::evaluate(std::size_t j, const char* what) {
-  auto outs = reference_ ? f_.eval_reference(work_) : f_.eval(work_);
+std::string Numerical::perturbation(std::size_t j, double h, int64_t k) const {
   const std::string input = j < input_names_.size() ? input_names_[j] : std::to_string(j);
+  std::ostringstream os;
+  os << "input " << j << " ('" << input << "') was perturbed ";
+  if (k >= 0) {
+    os << "at element " << format_index(unravel(k, work_[j].sizes()));
+  } else {
+    os << "along a random direction";
+  }
+  os << " by " << h;
+  return os.str();
+}
+
+at::Tensor Numerical::evaluate(std::size_t j, double h, int64_t k) {
+  auto outs = reference_ ? f_.eval_reference(work_) : f_.eval(work_);
   auto describe = [](const at::Tensor& t) {
     if (!t.defined()) return std::string("None");
     std::ostringstream os;
@@ -92,7 +116,7 @@ at::Tensor Numerical::evaluate(std::size_t j, const char* what) {
   if (outs.size() != base_.size()) {
     std::ostringstream os;
     os << "the number of outputs changed from " << base_.size() << " to " << outs.size()
-       << " when input " << j << " ('" << input << "') was perturbed " << what;
+       << " when " << perturbation(j, h, k);
     throw UnstableOutputs(os.str());
   }
   for (std::size_t o = 0; o < outs.size(); ++o) {
@@ -104,11 +128,33 @@ at::Tensor Numerical::evaluate(std::size_t j, const char* what) {
     if (!same) {
       std::ostringstream os;
       os << "output " << o << " changed from " << describe(a) << " to " << describe(b)
-         << " when input " << j << " ('" << input << "') was perturbed " << what;
+         << " when " << perturbation(j, h, k);
       throw UnstableOutputs(os.str());
     }
   }
   return concat(outs);
+}
+
+namespace {
+
+/// acc += sign * t (t float64 CPU contiguous, of acc's length).
+void add_to(std::vector<double>& acc, const at::Tensor& t, double sign) {
+  const auto v = values_of(t);
+  TORCH_INTERNAL_ASSERT(v.size() == acc.size());
+  for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += sign * v[k];
+}
+
+}  // namespace
+
+at::Tensor Numerical::rounding_of(std::span<const double> fp, std::span<const double> fm,
+                                  double width) const {
+  const auto u = values_of(row_u_);
+  return tabulate(total_, [&](int64_t r) { return u[r] * (std::abs(fp[r]) + std::abs(fm[r])) / width; });
+}
+
+at::Tensor Numerical::one_sided(std::span<const double> hi, std::span<const double> lo,
+                                double step) const {
+  return tabulate(total_, [&](int64_t r) { return (hi[r] - lo[r]) / step; });
 }
 
 Sampled Numerical::sample_element(std::size_t j, int64_t k) {
@@ -127,27 +173,26 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
     const double h = rule_.ridders
                          ? rule_.initial * std::max(1.0, std::abs(x)) / std::pow(rule_.shrink, l)
                          : rule_.eps;
-    std::ostringstream what;
-    what << "at element " << format_index(index) << " by " << h;
     elem.fill_(x + h);
     dp = elem.item<double>() - x;
-    fp = evaluate(j, what.str().c_str());
+    fp = evaluate(j, h, k);
     elem.fill_(x - h);
     dm = x - elem.item<double>();
-    fm = evaluate(j, what.str().c_str());
+    fm = evaluate(j, h, k);
     elem.fill_(x);
-    const at::Tensor raw = fp - fm;
-    if (l == 0) s.first_raw = raw;
+    const auto vp = values_of(fp), vm = values_of(fm);
+    if (l == 0) s.first_raw = tabulate(total_, [&](int64_t r) { return vp[r] - vm[r]; });
     if (l + 1 == rule_.levels) {
-      s.noise = row_u_ * (fp.abs() + fm.abs()) / (dp + dm > 0 ? dp + dm : 2.0 * h);
+      const double width = dp + dm > 0 ? dp + dm : 2.0 * h;
+      s.noise = rounding_of(vp, vm, width);
     }
     Level level;
-    level.diff = raw / (2.0 * h);
+    level.diff = tabulate(total_, [&](int64_t r) { return (vp[r] - vm[r]) / (2.0 * h); });
     level.w = at::scalar_tensor((dp + dm) / (2.0 * h), at::kDouble);
     s.levels.push_back(std::move(level));
   }
-  s.right = dp > 0 ? (fp - base_flat_) / dp : s.levels.back().diff;
-  s.left = dm > 0 ? (base_flat_ - fm) / dm : s.levels.back().diff;
+  s.right = dp > 0 ? one_sided(values_of(fp), values_of(base_flat_), dp) : s.levels.back().diff;
+  s.left = dm > 0 ? one_sided(values_of(base_flat_), values_of(fm), dm) : s.levels.back().diff;
   return s;
 }
 
@@ -161,30 +206,35 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
                                  std::sqrt(static_cast<double>(std::max<int64_t>(1, x.numel())))
                            : 1.0;
   auto read = [&] { return t.to(at::kCPU, at::kDouble).contiguous().reshape({-1}); };
+  const int64_t n = x.numel();
+  const auto xv = values_of(x), uv = values_of(u);
+  TORCH_INTERNAL_ASSERT(uv.size() == xv.size(), "sample_direction: a direction of ", uv.size(),
+                        " elements for input ", j, " of ", xv.size());
   Sampled s;
-  at::Tensor fp, fm, dp, dm;
+  at::Tensor fp, fm;
   double h = 0;
   for (int l = 0; l < rule_.levels; ++l) {
     h = rule_.ridders ? rule_.initial * scale / std::pow(rule_.shrink, l) : rule_.eps;
-    std::ostringstream what;
-    what << "along a random direction by " << h;
-    t.copy_((x + h * u).view(sizes));
-    dp = read() - x;
-    fp = evaluate(j, what.str().c_str());
-    t.copy_((x - h * u).view(sizes));
-    dm = x - read();
-    fm = evaluate(j, what.str().c_str());
+    // The perturbation as applied, (x + h u) - (x - h u) rounded to the input's dtype, read
+    // back before the work tensor changes (read() may be a view of it).
+    std::vector<double> applied(static_cast<std::size_t>(n));
+    t.copy_(tabulate(n, [&](int64_t k) { return xv[k] + h * uv[k]; }).view(sizes));
+    add_to(applied, read(), 1.0);
+    fp = evaluate(j, h, -1);
+    t.copy_(tabulate(n, [&](int64_t k) { return xv[k] - h * uv[k]; }).view(sizes));
+    add_to(applied, read(), -1.0);
+    fm = evaluate(j, h, -1);
     t.copy_(x.view(sizes));
-    const at::Tensor raw = fp - fm;
-    if (l == 0) s.first_raw = raw;
-    if (l + 1 == rule_.levels) s.noise = row_u_ * (fp.abs() + fm.abs()) / (2.0 * h);
+    const auto vp = values_of(fp), vm = values_of(fm);
+    if (l == 0) s.first_raw = tabulate(total_, [&](int64_t r) { return vp[r] - vm[r]; });
+    if (l + 1 == rule_.levels) s.noise = rounding_of(vp, vm, 2.0 * h);
     Level level;
-    level.diff = raw / (2.0 * h);
-    level.w = (dp + dm) / (2.0 * h);
+    level.diff = tabulate(total_, [&](int64_t r) { return (vp[r] - vm[r]) / (2.0 * h); });
+    level.w = tabulate(n, [&](int64_t k) { return applied[k] / (2.0 * h); });
     s.levels.push_back(std::move(level));
   }
-  s.right = (fp - base_flat_) / h;
-  s.left = (base_flat_ - fm) / h;
+  s.right = one_sided(values_of(fp), values_of(base_flat_), h);
+  s.left = one_sided(values_of(base_flat_), values_of(fm), h);
   return s;
 }
 

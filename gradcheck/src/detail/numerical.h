@@ -7,8 +7,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace customop::gradcheck::detail {
@@ -58,6 +60,8 @@ struct Estimate {
 /// each element keeps the entry with the smallest error estimate and stops when the error
 /// grows by more than a factor of 2 (NR's SAFE).
 Estimate ridders_extrapolate(const std::vector<at::Tensor>& samples, double shrink);
+/// The same for one scalar per step: {value, error estimate}.
+std::pair<double, double> ridders_extrapolate(const std::vector<double>& samples, double shrink);
 
 /// The numerical side of a check: holds working copies of the point and f's outputs there.
 class Numerical {
@@ -86,8 +90,18 @@ class Numerical {
   void set_input_names(std::vector<std::string> names) { input_names_ = std::move(names); }
 
  private:
-  at::Tensor evaluate(std::size_t j, const char* what);
+  /// f at the work point; UnstableOutputs when its outputs' count, shapes or dtypes differ
+  /// from the base's (perturbation(j, h, k) says how the point was moved).
+  at::Tensor evaluate(std::size_t j, double h, int64_t k);
+  /// "input j ('x') was perturbed at element [1, 0] by 1e-06" (k >= 0) or "... along a random
+  /// direction by ..." (k = -1).
+  std::string perturbation(std::size_t j, double h, int64_t k) const;
   at::Tensor concat(const std::vector<at::Tensor>& outs) const;
+  /// row_u (|f+| + |f-|) / width, float64 CPU [M].
+  at::Tensor rounding_of(std::span<const double> fp, std::span<const double> fm,
+                         double width) const;
+  /// (hi - lo) / step, float64 CPU [M].
+  at::Tensor one_sided(std::span<const double> hi, std::span<const double> lo, double step) const;
 
   const Function& f_;
   bool reference_;
