@@ -567,8 +567,8 @@ class Checker {
     const auto v = values_of(v_double), a = values_of(vj), dir = values_of(u);
     const int64_t n = static_cast<int64_t>(a.size());
     TORCH_INTERNAL_ASSERT(a.size() == dir.size() && v.size() == static_cast<std::size_t>(m),
-                          "compare_projection: v^T J of ", a.size(), " elements, u of ",
-                          dir.size(), ", v of ", v.size(), " for ", m, " output rows");
+                          "compare_projection: v^T J of ", a.size(), " elements, u of ", dir.size(),
+                          ", v of ", v.size(), " for ", m, " output rows");
     const double analytical = sum_over(n, [&](int64_t k) { return a[k] * dir[k]; });
     // The error of each level's projection, numerical minus analytical (the analytical side
     // along the perturbation actually applied, w, where the input's dtype rounded it).
@@ -589,10 +589,10 @@ class Checker {
         sum_over(m, [&](int64_t k) { return std::abs(v[k]) * std::abs(right[k] - left[k]); });
     // Ridders: its error estimate covers truncation; the spread (at a step far larger) counts
     // only where the one-sided sides disagree like a kink's.
-    const bool kink_like = spread > 0.1 * sum_over(m, [&](int64_t k) {
-                                     return std::abs(v[k]) *
-                                            std::max(std::abs(right[k]), std::abs(left[k]));
-                                   });
+    const bool kink_like =
+        spread > 0.1 * sum_over(m, [&](int64_t k) {
+                   return std::abs(v[k]) * std::max(std::abs(right[k]), std::abs(left[k]));
+                 });
     const double half_spread = rule_.ridders && !kink_like ? 0.0 : spread / 2;
     // Across a kink an extrapolation means nothing: judge around the one-sided midpoint.
     if (rule_.ridders && kink_like && opt_.detect_nondifferentiable) {
@@ -601,9 +601,9 @@ class Checker {
     const double* noise_k = values_of(s.noise).data() + r0;
     const double noise = sum_over(m, [&](int64_t k) { return std::abs(v[k]) * noise_k[k]; });
     const double u_l1 = sum_over(n, [&](int64_t k) { return std::abs(dir[k]); });
-    const ProjectionBound bound = projection_bound(
-        numerical, e_error, half_spread, noise, norm2(a) * norm2(dir), analytical_roundoff(i, j),
-        opt_.nondet_tol * u_l1, rule_.ridders, tol_);
+    const ProjectionBound bound =
+        projection_bound(numerical, e_error, half_spread, noise, norm2(a) * norm2(dir),
+                         analytical_roundoff(i, j), opt_.nondet_tol * u_l1, rule_.ridders, tol_);
     PairReport p;
     p.output = static_cast<int>(i);
     p.input = static_cast<int>(j);

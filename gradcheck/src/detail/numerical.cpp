@@ -115,8 +115,8 @@ at::Tensor Numerical::evaluate(std::size_t j, double h, int64_t k) {
   };
   if (outs.size() != base_.size()) {
     std::ostringstream os;
-    os << "the number of outputs changed from " << base_.size() << " to " << outs.size()
-       << " when " << perturbation(j, h, k);
+    os << "the number of outputs changed from " << base_.size() << " to " << outs.size() << " when "
+       << perturbation(j, h, k);
     throw UnstableOutputs(os.str());
   }
   for (std::size_t o = 0; o < outs.size(); ++o) {
@@ -127,8 +127,8 @@ at::Tensor Numerical::evaluate(std::size_t j, double h, int64_t k) {
         (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()));
     if (!same) {
       std::ostringstream os;
-      os << "output " << o << " changed from " << describe(a) << " to " << describe(b)
-         << " when " << perturbation(j, h, k);
+      os << "output " << o << " changed from " << describe(a) << " to " << describe(b) << " when "
+         << perturbation(j, h, k);
       throw UnstableOutputs(os.str());
     }
   }
@@ -149,7 +149,8 @@ void add_to(std::vector<double>& acc, const at::Tensor& t, double sign) {
 at::Tensor Numerical::rounding_of(std::span<const double> fp, std::span<const double> fm,
                                   double width) const {
   const auto u = values_of(row_u_);
-  return tabulate(total_, [&](int64_t r) { return u[r] * (std::abs(fp[r]) + std::abs(fm[r])) / width; });
+  return tabulate(total_,
+                  [&](int64_t r) { return u[r] * (std::abs(fp[r]) + std::abs(fm[r])) / width; });
 }
 
 at::Tensor Numerical::one_sided(std::span<const double> hi, std::span<const double> lo,
