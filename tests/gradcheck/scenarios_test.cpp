@@ -256,6 +256,34 @@ TEST(Gradcheck, OffByAHundredthReportsTheWorstElement) {
 }
 
 // GC29: the function's own error propagates unchanged, even in no-raise mode.
+// The Jacobian check takes differences without grad mode and the VJP with it, so the forward
+// must not depend on grad mode: a difference beyond atol + rtol |b| fails kForwardGradMode
+// with the largest |difference|, an infinite one included; one within them passes.
+TEST(Gradcheck, ForwardThatDependsOnGradModeFails) {
+  auto shifted_without_grad = [](double off) {
+    return gc::BoxedFunction{.name = "grad_mode_dependent",
+                             .arg_names = {"x"},
+                             .return_names = {"y"},
+                             .call =
+                                 [off](torch::jit::Stack& s) {
+                                   const at::Tensor x = s.back().toTensor();
+                                   s.back() = at::GradMode::is_enabled() ? x * 2 : x * 2 + off;
+                                 },
+                             .call_cpu = {}};
+  };
+  const at::Tensor x = torch::tensor({1.0, -2.0, 3.0}, torch::kDouble).requires_grad_(true);
+  const auto within = gc::gradcheck(shifted_without_grad(1e-6), {x}, no_raise());
+  EXPECT_FALSE(within.failed(gc::Check::kForwardGradMode)) << within.message();
+  const auto off = gc::gradcheck(shifted_without_grad(0.1), {x}, no_raise());
+  EXPECT_TRUE(off.failed(gc::Check::kForwardGradMode)) << off.message();
+  EXPECT_THAT(off.message(),
+              HasSubstr("forward output 0 ('y') differs with and without grad mode"));
+  EXPECT_THAT(off.message(), HasSubstr("max |difference| 1.000000e-01"));
+  const auto inf = gc::gradcheck(shifted_without_grad(INFINITY), {x}, no_raise());
+  EXPECT_TRUE(inf.failed(gc::Check::kForwardGradMode)) << inf.message();
+  EXPECT_THAT(inf.message(), HasSubstr("max |difference| inf"));
+}
+
 TEST(Gradcheck, FunctionErrorPropagatesUnchanged) {
   for (bool raise : {true, false}) {
     gc::GradcheckOptions o;

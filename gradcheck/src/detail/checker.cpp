@@ -196,13 +196,17 @@ class Checker {
       if (a.sizes() != b.sizes()) continue;  // the stability check reports it
       const at::Tensor da = flat_double(a), db = flat_double(b);
       const auto va = values_of(da), vb = values_of(db);
-      bool close = true;  // as allclose(rtol, atol, equal_nan=true): NaN matches NaN, inf itself
-      for (std::size_t k = 0; k < va.size() && close; ++k) {
-        close = va[k] == vb[k] || (std::isnan(va[k]) && std::isnan(vb[k])) ||
-                std::abs(va[k] - vb[k]) <= tol_.atol + tol_.rtol * std::abs(vb[k]);
+      // As allclose(rtol, atol, equal_nan=true): NaN matches NaN, inf only itself; the worst
+      // difference NaN where any is (as max() of the differences).
+      bool close = true;
+      double worst = 0;
+      for (std::size_t k = 0; k < va.size(); ++k) {
+        const double d = std::abs(va[k] - vb[k]);
+        worst = std::isnan(d) || std::isnan(worst) ? NAN : std::max(worst, d);
+        close = close && (va[k] == vb[k] || (std::isnan(va[k]) && std::isnan(vb[k])) ||
+                          (std::isfinite(d) && d <= tol_.atol + std::abs(tol_.rtol * vb[k])));
       }
       if (close) continue;
-      const double worst = max_abs_diff(va, vb);
       fail(Check::kForwardGradMode, -1, -1,
            "forward output " + std::to_string(o) + " ('" + out_name(o) +
                "') differs with and without grad mode",
