@@ -146,11 +146,17 @@ void add_to(std::vector<double>& acc, const at::Tensor& t, double sign) {
 
 }  // namespace
 
-at::Tensor Numerical::rounding_of(std::span<const double> fp, std::span<const double> fm,
-                                  double width) const {
-  const auto u = values_of(row_u_);
-  return tabulate(total_,
-                  [&](int64_t r) { return u[r] * (std::abs(fp[r]) + std::abs(fm[r])) / width; });
+void Numerical::add_level(Sampled& s, int l, const at::Tensor& fp, const at::Tensor& fm, double h,
+                          double width, at::Tensor w) const {
+  const auto vp = values_of(fp), vm = values_of(fm);
+  if (l == 0) s.first_raw = tabulate(total_, [&](int64_t r) { return vp[r] - vm[r]; });
+  if (l + 1 == rule_.levels) {
+    const auto u = values_of(row_u_);
+    s.noise = tabulate(
+        total_, [&](int64_t r) { return u[r] * (std::abs(vp[r]) + std::abs(vm[r])) / width; });
+  }
+  s.levels.push_back(
+      {tabulate(total_, [&](int64_t r) { return (vp[r] - vm[r]) / (2.0 * h); }), std::move(w)});
 }
 
 at::Tensor Numerical::one_sided(std::span<const double> hi, std::span<const double> lo,
@@ -181,16 +187,8 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
     dm = x - elem.item<double>();
     fm = evaluate(j, h, k);
     elem.fill_(x);
-    const auto vp = values_of(fp), vm = values_of(fm);
-    if (l == 0) s.first_raw = tabulate(total_, [&](int64_t r) { return vp[r] - vm[r]; });
-    if (l + 1 == rule_.levels) {
-      const double width = dp + dm > 0 ? dp + dm : 2.0 * h;
-      s.noise = rounding_of(vp, vm, width);
-    }
-    Level level;
-    level.diff = tabulate(total_, [&](int64_t r) { return (vp[r] - vm[r]) / (2.0 * h); });
-    level.w = at::scalar_tensor((dp + dm) / (2.0 * h), at::kDouble);
-    s.levels.push_back(std::move(level));
+    add_level(s, l, fp, fm, h, dp + dm > 0 ? dp + dm : 2.0 * h,
+              at::scalar_tensor((dp + dm) / (2.0 * h), at::kDouble));
   }
   s.right = dp > 0 ? one_sided(values_of(fp), values_of(base_flat_), dp) : s.levels.back().diff;
   s.left = dm > 0 ? one_sided(values_of(base_flat_), values_of(fm), dm) : s.levels.back().diff;
@@ -226,13 +224,8 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
     add_to(applied, read(), -1.0);
     fm = evaluate(j, h, -1);
     t.copy_(x.view(sizes));
-    const auto vp = values_of(fp), vm = values_of(fm);
-    if (l == 0) s.first_raw = tabulate(total_, [&](int64_t r) { return vp[r] - vm[r]; });
-    if (l + 1 == rule_.levels) s.noise = rounding_of(vp, vm, 2.0 * h);
-    Level level;
-    level.diff = tabulate(total_, [&](int64_t r) { return (vp[r] - vm[r]) / (2.0 * h); });
-    level.w = tabulate(n, [&](int64_t k) { return applied[k] / (2.0 * h); });
-    s.levels.push_back(std::move(level));
+    add_level(s, l, fp, fm, h, 2.0 * h,
+              tabulate(n, [&](int64_t k) { return applied[k] / (2.0 * h); }));
   }
   s.right = one_sided(values_of(fp), values_of(base_flat_), h);
   s.left = one_sided(values_of(base_flat_), values_of(fm), h);

@@ -97,9 +97,12 @@ class Numerical {
   /// direction by ..." (k = -1).
   std::string perturbation(std::size_t j, double h, int64_t k) const;
   at::Tensor concat(const std::vector<at::Tensor>& outs) const;
-  /// row_u (|f+| + |f-|) / width, float64 CPU [M].
-  at::Tensor rounding_of(std::span<const double> fp, std::span<const double> fm,
-                         double width) const;
+  /// Appends step level `l` (of rule_.levels) from f(x + d+) = fp and f(x - d-) = fm at
+  /// nominal step h: the central difference (fp - fm) / 2h with the perturbation applied `w`;
+  /// the raw difference at level 0; at the last level the rounding estimate
+  /// row_u (|fp| + |fm|) / width.
+  void add_level(Sampled& s, int l, const at::Tensor& fp, const at::Tensor& fm, double h,
+                 double width, at::Tensor w) const;
   /// (hi - lo) / step, float64 CPU [M].
   at::Tensor one_sided(std::span<const double> hi, std::span<const double> lo, double step) const;
 
