@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   double nondet_tol = 0.0;
   bool second_order = false;
   bool no_layout_variants = false;
+  std::string input_subsets = "singles-and-complements";
   std::string low_precision = "auto";
   std::string json_path, heatmap_dir, samples_path, dump_samples_path;
   std::vector<std::string> libraries;
@@ -143,6 +144,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-layout-variants", no_layout_variants,
                "Skip the layout variants (each input and grad_output also strided and "
                "transposed, compared with the given layout)");
+  app.add_option("--input-subsets", input_subsets,
+                 "Also run each backward with only some inputs requiring grad: none, singles "
+                 "(each input alone) or singles-and-complements (also every input but one; "
+                 "default)")
+      ->check(CLI::IsMember({"none", "singles", "singles-and-complements"}));
   app.add_option("--json", json_path, "Write every case's result as JSON to FILE");
   app.add_option("--heatmap", heatmap_dir,
                  "Write PNG heatmaps of |numerical - analytical| of failing pairs into DIR");
@@ -206,6 +212,9 @@ int main(int argc, char** argv) {
   run.check.nondet_tol = nondet_tol;
   run.check.check_second_order = second_order;
   run.check.check_layout_variants = !no_layout_variants;
+  run.check.input_subsets = input_subsets == "none"      ? gc::InputSubsets::kNone
+                            : input_subsets == "singles" ? gc::InputSubsets::kEachAlone
+                                                         : gc::InputSubsets::kEachAloneAndAllButOne;
   run.jobs = jobs;
   run.check.low_precision = low_precision == "ridders"   ? gc::LowPrecisionMethod::kRidders
                             : low_precision == "central" ? gc::LowPrecisionMethod::kCentral

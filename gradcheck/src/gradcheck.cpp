@@ -8,6 +8,7 @@
 #include "detail/compare.h"
 #include "detail/fake_check.h"
 #include "detail/function.h"
+#include "detail/input_subsets.h"
 #include "detail/layout_variants.h"
 
 #include <ATen/ATen.h>
@@ -249,12 +250,25 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
   r.tolerances = resolve_tolerances(options, low);
 
   const detail::Function f = detail::make_op_function(fn, args, slots, &r.counts);
-  const detail::Checked c =
-      detail::check_function(f, point, options, r.tolerances, detail::Order::kFirst, r);
+  detail::Checked c;
+  try {
+    c = detail::check_function(f, point, options, r.tolerances, detail::Order::kFirst, r);
+  } catch (const detail::FunctionRaised& e) {
+    // The op's own error is the report: nothing after it can run without a forward.
+    detail::add_failure(r, Check::kForwardError, false, -1, -1, "the function raised an error",
+                        std::string("  ") + e.what());
+    summarize_arguments(r);
+    if (options.raise_exception) throw GradcheckError(r);
+    return r;
+  }
 
   if (options.check_layout_variants) {
     const detail::Function fl = detail::make_op_function(fn, args, slots, &r.layout_counts);
     detail::check_layout_variants(fl, c, options.seed, options.nondet_tol, r);
+  }
+  {
+    const detail::Function fs = detail::make_op_function(fn, args, slots, &r.subset_counts);
+    detail::check_input_subsets(fs, c, options.input_subsets, options.seed, options.nondet_tol, r);
   }
 
   if (options.check_second_order && !c.diff.empty()) {
@@ -276,7 +290,13 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
     second.check_grad_output_scaling = false;
     second.check_forward_grad_mode = false;
     second.seed = options.seed + 1;
-    detail::check_function(g, point2, second, r.tolerances, detail::Order::kSecond, r);
+    try {
+      detail::check_function(g, point2, second, r.tolerances, detail::Order::kSecond, r);
+    } catch (const std::exception& e) {  // g's forward is the first-order backward
+      detail::add_failure(r, Check::kBackwardError, true, -1, -1,
+                          "backward raised an error while its grads were differentiated",
+                          "  " + detail::one_line_error(e));
+    }
   }
 
   if (device.is_cuda() && options.check_cuda_against_cpu) {

@@ -48,6 +48,8 @@ std::string_view check_name(Check check) {
     case Check::kCudaVsCpu: return "cuda_vs_cpu";
     case Check::kFakeKernel: return "fake_kernel";
     case Check::kLayout: return "layout";
+    case Check::kForwardError: return "forward_error";
+    case Check::kInputSubset: return "input_subset";
   }
   return "?";
 }

@@ -8,7 +8,9 @@
 // {"tensor": k} (tensors[k]), {"tensors": [k, ...]} (a Tensor[]), null (None), or a literal
 // (number, bool, string, list of numbers or bools). options: a JSON object of GradcheckOptions
 // fields (mode "slow"/"fast", eps, atol, rtol, nondet_tol, seed, check_* flags,
-// max_jacobian_entries, label). Returns the report as JSON (report.h, to_json).
+// max_jacobian_entries, input_subsets, label) and the names the report uses ("name",
+// "arg_names", "return_names"). Returns the report as JSON (report.h, to_json); errors the op
+// raises are failed checks in it.
 // Throws c10::ValueError naming the op and the argument when args or options do not fit.
 
 #include <customop/gradcheck/gradcheck.h>
@@ -89,13 +91,27 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
     {"check_layout_variants", &GradcheckOptions::check_layout_variants},
 };
 
-GradcheckOptions options_from_json(const std::string& text, const std::string& op) {
+/// What the report calls the function and its arguments and returns (options "name",
+/// "arg_names", "return_names"; the schema's where absent): a Python callable checked through
+/// a generated op keeps its own names.
+struct Names {
+  std::string name;
+  std::vector<std::string> args, returns;
+};
+
+GradcheckOptions options_from_json(const std::string& text, const std::string& op, Names& names) {
   GradcheckOptions o;
   const json j = json::parse(text);
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     const json& v = item.value();
-    if (auto f = kFlags.find(key); f != kFlags.end()) {
+    if (key == "name") {
+      names.name = v.get<std::string>();
+    } else if (key == "arg_names") {
+      names.args = v.get<std::vector<std::string>>();
+    } else if (key == "return_names") {
+      names.returns = v.get<std::vector<std::string>>();
+    } else if (auto f = kFlags.find(key); f != kFlags.end()) {
       o.*(f->second) = v.get<bool>();
     } else if (key == "mode") {
       const auto m = v.get<std::string>();
@@ -114,6 +130,16 @@ GradcheckOptions options_from_json(const std::string& text, const std::string& o
       o.seed = v.get<std::uint64_t>();
     } else if (key == "max_jacobian_entries") {
       o.max_jacobian_entries = v.get<std::int64_t>();
+    } else if (key == "input_subsets") {
+      const auto m = v.get<std::string>();
+      TORCH_CHECK_VALUE(m == "none" || m == "singles" || m == "singles-and-complements",
+                        "customop.gradcheck.check(", op,
+                        "): input_subsets must be \"none\", \"singles\" or "
+                        "\"singles-and-complements\", got \"",
+                        m, "\"");
+      o.input_subsets = m == "none"      ? InputSubsets::kNone
+                        : m == "singles" ? InputSubsets::kEachAlone
+                                         : InputSubsets::kEachAloneAndAllButOne;
     } else if (key == "label") {
       o.label = v.get<std::string>();
     } else {
@@ -137,7 +163,8 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
   json args;
   try {
     args = json::parse(std::string(args_view));
-    GradcheckOptions options = options_from_json(std::string(options_view), op);
+    Names names;
+    GradcheckOptions options = options_from_json(std::string(options_view), op, names);
     TORCH_CHECK_VALUE(args.is_array() && args.size() == schema.arguments().size(),
                       "customop.gradcheck.check(", op, "): expected ", schema.arguments().size(),
                       " arguments (", schema, "), got ", args.size());
@@ -145,11 +172,74 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
     for (std::size_t i = 0; i < args.size(); ++i) {
       stack.push_back(argument(args[i], schema.arguments()[i], tensors, op));
     }
-    return to_json(gradcheck(*handle, stack, options));
+    BoxedFunction fn;
+    fn.name = names.name.empty() ? op : names.name;
+    for (const auto& a : schema.arguments()) fn.arg_names.push_back(a.name());
+    for (const auto& r : schema.returns()) fn.return_names.push_back(r.name());
+    if (!names.args.empty()) fn.arg_names = names.args;
+    if (!names.returns.empty()) fn.return_names = names.returns;
+    fn.call = [h = *handle](torch::jit::Stack& s) { h.callBoxed(s); };
+    fn.call_cpu = fn.call;
+    return to_json(gradcheck(fn, stack, options));
   } catch (const json::exception& e) {
     TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): ", e.what());
   }
 }
+
+// Python's C API, resolved from the interpreter that loads this library (it is only loaded
+// from Python); weak, so that the library links without libpython.
+extern "C" {
+struct _object;  // PyObject
+using PyObj = _object;
+int PyGILState_Ensure() __attribute__((weak));
+void PyGILState_Release(int) __attribute__((weak));
+PyObj* PyErr_Occurred() __attribute__((weak));
+void PyErr_Fetch(PyObj**, PyObj**, PyObj**) __attribute__((weak));
+void PyErr_NormalizeException(PyObj**, PyObj**, PyObj**) __attribute__((weak));
+void PyErr_Clear() __attribute__((weak));
+int PyException_SetTraceback(PyObj*, PyObj*) __attribute__((weak));
+PyObj* PyImport_ImportModule(const char*) __attribute__((weak));
+PyObj* PyObject_GetAttrString(PyObj*, const char*) __attribute__((weak));
+PyObj* PyObject_CallFunctionObjArgs(PyObj*, ...) __attribute__((weak));
+const char* PyUnicode_AsUTF8(PyObj*) __attribute__((weak));
+void Py_DecRef(PyObj*) __attribute__((weak));
+}
+
+/// The caught-error hook. torch's Python autograd engine rethrows a Python backward's error to
+/// C++ with the Python error still set (python_error::restore), and Python would answer the
+/// check's next call into it, or its return, with "SystemError: ... returned a result with an
+/// exception set". The error is taken off the interpreter here, and described by
+/// customop._errors.describe: its type and the line that raised it, which the C++ message
+/// lacks.
+std::string take_python_error() {
+  const int gil = PyGILState_Ensure();
+  std::string out;
+  if (PyErr_Occurred() != nullptr) {
+    PyObj *type = nullptr, *value = nullptr, *trace = nullptr;
+    PyErr_Fetch(&type, &value, &trace);
+    PyErr_NormalizeException(&type, &value, &trace);
+    if (value != nullptr && trace != nullptr) PyException_SetTraceback(value, trace);
+    PyObj* module = value != nullptr ? PyImport_ImportModule("customop._errors") : nullptr;
+    PyObj* describe = module != nullptr ? PyObject_GetAttrString(module, "describe") : nullptr;
+    PyObj* text =
+        describe != nullptr ? PyObject_CallFunctionObjArgs(describe, value, nullptr) : nullptr;
+    const char* utf8 = text != nullptr ? PyUnicode_AsUTF8(text) : nullptr;
+    if (utf8 != nullptr) out = utf8;
+    for (PyObj* o : {text, describe, module, trace, value, type}) {
+      if (o != nullptr) Py_DecRef(o);
+    }
+    PyErr_Clear();  // what describing it may have raised
+  }
+  PyGILState_Release(gil);
+  return out;
+}
+
+[[maybe_unused]] const bool kHookSet = [] {
+  const bool python = PyGILState_Ensure != nullptr && PyErr_Fetch != nullptr &&
+                      PyObject_CallFunctionObjArgs != nullptr && Py_DecRef != nullptr;
+  if (python) set_caught_error_hook(&take_python_error);
+  return true;
+}();
 
 }  // namespace
 

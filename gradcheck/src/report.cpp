@@ -105,6 +105,9 @@ nlohmann::json result_json(const GradcheckResult& r) {
           {"layout_variants", r.layout_variants},
           {"layout_forward_calls", r.layout_counts.forward_calls},
           {"layout_vjp_calls", r.layout_counts.vjp_calls},
+          {"input_subsets", r.input_subsets},
+          {"subset_forward_calls", r.subset_counts.forward_calls},
+          {"subset_vjp_calls", r.subset_counts.vjp_calls},
           {"failures", failures},
           {"pairs", pairs},
           {"second_order_pairs", pairs2},
@@ -134,6 +137,14 @@ std::string format_report(const GradcheckResult& r) {
       os << (k ? ", " : "") << r.layout_variants[k];
     }
     os << "), " << r.layout_counts.forward_calls << " forward + " << r.layout_counts.vjp_calls
+       << " backward more\n";
+  }
+  if (!r.input_subsets.empty()) {
+    os << "  input subsets requiring grad: " << r.input_subsets.size() << " (";
+    for (std::size_t k = 0; k < r.input_subsets.size(); ++k) {
+      os << (k ? ", " : "") << r.input_subsets[k];
+    }
+    os << "), " << r.subset_counts.forward_calls << " forward + " << r.subset_counts.vjp_calls
        << " backward more\n";
   }
   if (r.failures.size() > 1) {

@@ -284,21 +284,25 @@ TEST(Gradcheck, ForwardThatDependsOnGradModeFails) {
   EXPECT_THAT(inf.message(), HasSubstr("max |difference| inf"));
 }
 
-TEST(Gradcheck, FunctionErrorPropagatesUnchanged) {
-  for (bool raise : {true, false}) {
-    gc::GradcheckOptions o;
-    o.raise_exception = raise;
-    try {
-      gc::gradcheck(raising_op(), XArgs{leaf({1.0, 2.0})}, o);
-      ADD_FAILURE() << "expected the op's error";
-    } catch (const gc::GradcheckError&) {
-      ADD_FAILURE() << "the op's error was wrapped";
-    } catch (const c10::ValueError& e) {
-      EXPECT_EQ(std::string(e.what_without_backtrace())
-                    .rfind("raises: x must be empty, but got shape [2]", 0),
-                0u)
-          << e.what_without_backtrace();
-    }
+TEST(Gradcheck, FunctionErrorIsAFailedCheckWithItsMessage) {
+  gc::GradcheckOptions o;
+  o.raise_exception = false;
+  const auto r = gc::gradcheck(raising_op(), XArgs{leaf({1.0, 2.0})}, o);
+  EXPECT_FALSE(r.passed);
+  ASSERT_EQ(r.failures.size(), 1u) << r.message();
+  EXPECT_EQ(r.failures[0].check, gc::Check::kForwardError);
+  EXPECT_EQ(r.failures[0].headline, "the function raised an error");
+  EXPECT_NE(r.failures[0].detail.find("raises: x must be empty, but got shape [2]"),
+            std::string::npos)
+      << r.failures[0].detail;
+  o.raise_exception = true;
+  try {
+    gc::gradcheck(raising_op(), XArgs{leaf({1.0, 2.0})}, o);
+    ADD_FAILURE() << "expected a GradcheckError";
+  } catch (const gc::GradcheckError& e) {
+    EXPECT_TRUE(e.result().failed(gc::Check::kForwardError));
+    EXPECT_NE(std::string(e.what()).find("x must be empty, but got shape [2]"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "detail/compare.h"
 #include "detail/numerical.h"
+#include "detail/sum_rounding.h"
 #include "detail/values.h"
 
 #include <ATen/ATen.h>
@@ -112,7 +113,7 @@ class Checker {
   // ---- the checks, in the order run() calls them --------------------------------------------
 
   /// Fresh leaves and the forward under grad mode; which outputs are differentiable. The
-  /// function's own errors propagate from here unchanged.
+  /// function's own errors propagate from here (FunctionRaised).
   void evaluate_with_grad() {
     for (const auto& p : point_) c_.leaves.push_back(clone_like(p).requires_grad_(true));
     {
@@ -272,8 +273,13 @@ class Checker {
       backward_error(e, "computing the analytical Jacobian (one VJP per output element)");
       return;
     }
+    // Every input's block first: an output's rounding depends on all the terms it sums.
+    std::vector<NumericalBlock> blocks;
+    std::vector<at::Tensor> widths(num_inputs_);
+    for (std::size_t j = 0; j < num_inputs_; ++j) blocks.push_back(numerical_block(j, &widths[j]));
+    if (tol_.estimated) widen_noise_for_sums(blocks, point_, widths, num_->row_roundoff());
     for (std::size_t j = 0; j < num_inputs_; ++j) {
-      const NumericalBlock nb = numerical_block(j);
+      const NumericalBlock& nb = blocks[j];
       for (std::size_t i = 0; i < num_outputs_; ++i) {
         BlockCompare bc = compare_pair(nb, ana[i][j], i, j);
         if (keep(bc.pair)) {
@@ -463,8 +469,9 @@ class Checker {
     }
   }
 
-  /// Numerical columns of input j (slow), one element perturbed at a time.
-  NumericalBlock numerical_block(std::size_t j) {
+  /// Numerical columns of input j (slow), one element perturbed at a time; `widths` (if
+  /// given) receives each column's perturbation at the smallest step, float64 [n_j].
+  NumericalBlock numerical_block(std::size_t j, at::Tensor* widths = nullptr) {
     const int64_t n = num_->numel(j);
     const int64_t rows = num_->total();
     const auto block = [&] { return at::empty({rows, n}, at::TensorOptions().dtype(at::kDouble)); };
@@ -479,8 +486,10 @@ class Checker {
       const auto c = values_of(column);
       for (int64_t r = 0; r < rows; ++r) dst[r * n + k] = c[r];
     };
+    if (widths != nullptr) *widths = at::empty({n}, at::TensorOptions().dtype(at::kDouble));
     for (int64_t k = 0; k < n; ++k) {
       const Sampled s = num_->sample_element(j, k);
+      if (widths != nullptr) widths->mutable_data_ptr<double>()[k] = s.width;
       // Each level's difference per unit of the perturbation applied (the input's dtype may
       // round x +- h), unless the nominal step is the rule.
       std::vector<at::Tensor> samples;

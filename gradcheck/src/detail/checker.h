@@ -29,9 +29,10 @@ struct Checked {
 };
 
 /// Runs every check `options` asks for on `f` at `point`, with tolerances `tol` (already
-/// resolved for the point's dtype), and records them in `result`. The function's own errors
-/// (from its forward) propagate; backward errors become failures. Throws c10::ValueError
-/// when slow mode would build more than options.max_jacobian_entries entries.
+/// resolved for the point's dtype), and records them in `result`. Errors of the function's
+/// forward propagate as FunctionRaised (the caller reports them); backward errors become
+/// failures. Throws c10::ValueError when slow mode would build more than
+/// options.max_jacobian_entries entries.
 Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
                        const GradcheckOptions& options, const Tolerances& tol, Order order,
                        GradcheckResult& result);

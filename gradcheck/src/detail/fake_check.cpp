@@ -90,6 +90,7 @@ void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, Gradchec
   try {
     op.handle().callBoxed(real);
   } catch (const std::exception&) {
+    note_caught_error();
     return;  // the real kernel's error is the other checks' to report
   }
   torch::jit::Stack fake = map_tensors(args, meta_like);
@@ -98,7 +99,7 @@ void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, Gradchec
   } catch (const std::exception& e) {
     add_failure(result, Check::kFakeKernel, false, -1, -1,
                 "Fake kernel raised on meta copies of the inputs, where the real kernel ran",
-                "  " + std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+                "  " + one_line_error(e));
     return;
   }
   const auto& rets = op.schema().returns();

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <sstream>
 
 namespace customop::gradcheck::detail {
@@ -149,7 +150,12 @@ Function make_op_function(const BoxedFunction& fn, const torch::jit::Stack& args
   auto run = [state](const std::vector<at::Tensor>& inputs, bool reference) {
     torch::jit::Stack stack = substitute(state->args, state->slots, inputs, reference);
     ++state->counts->forward_calls;
-    state->fn.call(stack);
+    try {
+      state->fn.call(stack);
+    } catch (const std::exception& e) {
+      throw FunctionRaised(std::string(reference ? "the float64 run of " : "") + state->fn.name +
+                           " raised: " + one_line_error(e));
+    }
     state->last_names = names_of_returns(stack, state->fn.return_names);
     return flatten_returns(stack);
   };
@@ -206,7 +212,17 @@ std::string dtype_name(c10::ScalarType t) {
   }
 }
 
+namespace {
+std::atomic<std::string (*)()> caught_error_hook{nullptr};
+}  // namespace
+
+std::string note_caught_error() {
+  if (auto* hook = caught_error_hook.load(std::memory_order_acquire)) return hook();
+  return {};
+}
+
 std::string one_line_error(const std::exception& e) {
+  const std::string origin = note_caught_error();
   std::string what;
   if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
     what = ce->what_without_backtrace();
@@ -217,6 +233,15 @@ std::string one_line_error(const std::exception& e) {
   if (auto pos = what.find("\nException raised from"); pos != std::string::npos) {
     what.resize(pos);
   }
+  // A Python error's traceback (pybind11 and torch write "\n\nAt:\n" and one frame a line,
+  // innermost first): only the frame that raised it.
+  if (auto pos = what.find("\n\nAt:\n"); pos != std::string::npos) {
+    std::string frame = what.substr(pos + 6, what.find('\n', pos + 6) - (pos + 6));
+    frame.erase(0, frame.find_first_not_of(' '));
+    what.resize(pos);
+    if (origin.empty() && !frame.empty()) what += " (raised at " + frame + ")";
+  }
+  if (!origin.empty()) what += " (" + origin + ")";
   for (auto& c : what) {
     if (c == '\n') c = ' ';
   }
@@ -224,3 +249,11 @@ std::string one_line_error(const std::exception& e) {
 }
 
 }  // namespace customop::gradcheck::detail
+
+namespace customop::gradcheck {
+
+void set_caught_error_hook(std::string (*hook)()) {
+  detail::caught_error_hook.store(hook, std::memory_order_release);
+}
+
+}  // namespace customop::gradcheck

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,12 @@ struct Slot {
   std::size_t arg = 0;   // index in the stack
   int64_t element = -1;  // index inside a Tensor[] argument, or -1
   std::string name;      // "x", "xs[1]"
+};
+
+/// Thrown by a Function's evaluators when the function itself raises: `what()` is the
+/// original message on one line, prefixed by where it was raised.
+struct FunctionRaised : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
@@ -67,7 +74,13 @@ std::string format_index(const std::vector<int64_t>& index);
 /// "float64", "float32", "float16", "bfloat16"; c10's name for other dtypes.
 std::string dtype_name(c10::ScalarType t);
 
-/// The message of an exception without libtorch's backtrace, on one line.
+/// The message of an exception without libtorch's backtrace, on one line. Call it where the
+/// harness catches an error of the checked function: it runs the caught-error hook
+/// (set_caught_error_hook) first.
 std::string one_line_error(const std::exception& e);
+
+/// Runs the caught-error hook, if one is set (set_caught_error_hook), and returns what it adds
+/// to the message ("" without a hook).
+std::string note_caught_error();
 
 }  // namespace customop::gradcheck::detail

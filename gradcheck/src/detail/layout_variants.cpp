@@ -1,6 +1,7 @@
 #include "detail/layout_variants.h"
 
 #include "detail/compare.h"
+#include "detail/equal_to_rounding.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -43,54 +44,6 @@ std::optional<at::Tensor> in_layout(const at::Tensor& t, const Layout& layout) {
   return out;
 }
 
-double rounding(c10::ScalarType t) {
-  switch (t) {
-    case at::kDouble: return std::numeric_limits<double>::epsilon();
-    case at::kHalf: return 9.765625e-4;
-    case at::kBFloat16: return 7.8125e-3;
-    default: return std::numeric_limits<float>::epsilon();
-  }
-}
-
-/// How far two correct evaluations in different layouts may differ: a reduction over K terms
-/// summed in another order rounds differently by up to ~sqrt(K) u |terms| (typically), so
-/// 16 u (4 + sqrt(K)) max(1, |result|, |input|), with K the largest input's element count.
-struct RoundingScale {
-  double reduction = 4;  // 4 + sqrt(K)
-  double input = 1;      // max(1, max |input|)
-};
-
-/// Empty when `got` equals `want` to rounding (RoundingScale, plus `slack`), else what differs.
-std::string differs(const at::Tensor& got, const at::Tensor& want, const RoundingScale& rs,
-                    double slack = 0) {
-  if (!want.defined() && !got.defined()) return {};
-  if (want.defined() != got.defined()) {
-    return got.defined() ? "defined where the given layout's is undefined"
-                         : "undefined where the given layout's is defined";
-  }
-  if (got.sizes() != want.sizes()) {
-    return "has shape " + format_sizes(got.sizes()) + " instead of " + format_sizes(want.sizes());
-  }
-  if (got.numel() == 0) return {};
-  if (!at::isFloatingType(want.scalar_type())) {
-    return at::equal(got.detach().cpu(), want.detach().cpu()) ? "" : "holds other values";
-  }
-  const at::Tensor a = got.detach().to(at::kCPU, at::kDouble);
-  const at::Tensor b = want.detach().to(at::kCPU, at::kDouble);
-  const at::Tensor finite_b = at::where(at::isfinite(b), b.abs(), at::zeros_like(b));
-  const double scale = std::max(rs.input, finite_b.max().item<double>());
-  const double tol = 16 * rs.reduction * rounding(want.scalar_type()) * scale + slack;
-  const at::Tensor same = ((a - b).abs() <= tol) | (a == b) | (at::isnan(a) & at::isnan(b));
-  if (same.all().item<bool>()) return {};
-  const at::Tensor diff = at::where(same, at::zeros_like(a), (a - b).abs().nan_to_num(INFINITY));
-  const int64_t k = diff.reshape({-1}).argmax().item<int64_t>();
-  return "differs at " + format_index(unravel(k, b.sizes())) + ": " +
-         sci(a.reshape({-1})[k].item<double>()) + " instead of " +
-         sci(b.reshape({-1})[k].item<double>()) + " (" +
-         std::to_string((~same).sum().item<int64_t>()) + " of " + std::to_string(b.numel()) +
-         " elements differ beyond rounding, " + sci(tol) + ")";
-}
-
 class LayoutCheck {
  public:
   LayoutCheck(const Function& f, const Checked& c, std::uint64_t seed, double nondet_tol,
@@ -100,16 +53,8 @@ class LayoutCheck {
         r_(r),
         gen_(at::make_generator<at::CPUGeneratorImpl>(seed + 3)),
         nondet_tol_(nondet_tol),
+        rs_(rounding_scale(c.leaves)),
         compare_grads_(!r.failed(Check::kReentrancy)) {
-    int64_t k = 1;
-    for (const auto& l : c_.leaves) {
-      k = std::max<int64_t>(k, l.numel());
-      if (l.numel() == 0) continue;
-      const at::Tensor a = l.detach().abs().to(at::kDouble);
-      const at::Tensor finite = at::where(at::isfinite(a), a, at::zeros_like(a));
-      rs_.input = std::max(rs_.input, finite.max().item<double>());
-    }
-    rs_.reduction = 4 + std::sqrt(static_cast<double>(k));
     if (!compare_grads_) {
       r_.notes.emplace_back(
           "layout variants: grads not compared (backward is not reentrant); outputs compared");
@@ -127,6 +72,7 @@ class LayoutCheck {
     try {
       want_grads_ = vjp(ys_, gs_, c_.leaves, r_.layout_counts);
     } catch (const std::exception&) {
+      note_caught_error();
       return;  // the first-order checks report backward errors
     }
     for (std::size_t j = 0; j < c_.leaves.size(); ++j) {
@@ -155,8 +101,7 @@ class LayoutCheck {
       at::AutoGradMode grad_mode(true);
       outs = f_.eval(inputs);
     } catch (const std::exception& e) {
-      fail(j, -1, "the forward raised an error with " + what,
-           "  " + one_line_error(e) + "\n  with the given layout it ran");
+      refused("the forward", what, e);
       return;
     }
     for (std::size_t o = 0; o < c_.outputs.size() && o < outs.size(); ++o) {
@@ -198,8 +143,7 @@ class LayoutCheck {
     try {
       return vjp(ys, gs, xs, r_.layout_counts);
     } catch (const std::exception& e) {
-      fail(input, output, "backward raised an error with " + what,
-           "  " + one_line_error(e) + "\n  with the given layout it ran");
+      refused("backward", what, e);
       return std::nullopt;
     }
   }
@@ -219,6 +163,13 @@ class LayoutCheck {
                "the strides");
       return;
     }
+  }
+
+  /// An error raised only for a variant is a refusal, loud and not wrong (a kernel may demand
+  /// contiguous inputs): noted, not failed.
+  void refused(const std::string& part, const std::string& what, const std::exception& e) {
+    r_.notes.push_back("layout variants: " + part + " raised with " + what + ", not compared (" +
+                       one_line_error(e) + "); with the given layout it ran");
   }
 
   void fail(std::ptrdiff_t input, int output, std::string headline, std::string detail) {

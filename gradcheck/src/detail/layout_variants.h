@@ -28,9 +28,10 @@ namespace customop::gradcheck::detail {
 /// element count (a reduction summed in another order rounds differently) (+ `nondet_tol` for
 /// grads, which a backward may vary by), NaN where the other has NaN; grads are not compared when
 /// the reentrancy check failed (a nondeterministic backward says nothing about layouts). `f` counts
-/// its forward calls into result.layout_counts; the VJPs are counted there too. A mismatch, or an
-/// error raised only for the variant, is a Check::kLayout failure naming the variant and the
-/// argument. Records the variants that ran in result.layout_variants.
+/// its forward calls into result.layout_counts; the VJPs are counted there too. A mismatch is a
+/// Check::kLayout failure naming the variant and the argument; an error raised only for the
+/// variant (a kernel that demands contiguous inputs) is a note, not a failure: it is loud, not
+/// wrong. Records the variants that ran in result.layout_variants.
 void check_layout_variants(const Function& f, const Checked& c, std::uint64_t seed,
                            double nondet_tol, GradcheckResult& result);
 

@@ -151,6 +151,7 @@ void Numerical::add_level(Sampled& s, int l, const at::Tensor& fp, const at::Ten
   const auto vp = values_of(fp), vm = values_of(fm);
   if (l == 0) s.first_raw = tabulate(total_, [&](int64_t r) { return vp[r] - vm[r]; });
   if (l + 1 == rule_.levels) {
+    s.width = width;
     const auto u = values_of(row_u_);
     s.noise = tabulate(
         total_, [&](int64_t r) { return u[r] * (std::abs(vp[r]) + std::abs(vm[r])) / width; });

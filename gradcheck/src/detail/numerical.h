@@ -43,6 +43,7 @@ struct Sampled {
   at::Tensor right;      // (f(x + d+) - f(x)) / |d+|, [M]
   at::Tensor noise;      // u (|f(x + d+)| + |f(x - d-)|) / (d+ + d-) at the smallest step, [M]
   at::Tensor first_raw;  // f(x + d+) - f(x - d-) at the first (largest) step, [M]
+  double width = 0;      // (x + d+) - (x - d-) at the smallest step, per unit of direction
 };
 
 /// Unit roundoff (half the machine epsilon) of a floating dtype: 2^-53 for float64, 2^-24 for

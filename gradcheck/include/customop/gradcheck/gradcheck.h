@@ -35,6 +35,19 @@ class GradcheckError : public std::runtime_error {
   GradcheckResult result_;
 };
 
+/// Sets the function the harness calls each time it catches an error raised by the checked
+/// function (its forward, backward or fake kernel), before it turns the error into a failed
+/// check. For interpreters that embed the harness: torch's Python autograd engine leaves the
+/// Python error of a raising Python backward set when it rethrows it to C++, and Python
+/// refuses any later call while it is set; customop's Python package takes it off there.
+/// \param hook  returns what to add to the error's message (e.g. "ValueError, raised at
+///              ops.py:42 in backward"), or ""; safe to call from any thread running a check;
+///              nullptr for none
+/// \throws nothing.
+/// Example:
+///   customop::gradcheck::set_caught_error_hook(+[] { return std::string(); });
+void set_caught_error_hook(std::string (*hook)());
+
 /// Any boxed callable: what gradcheck needs to know about a function it did not get as a
 /// dispatcher op.
 struct BoxedFunction {
@@ -63,7 +76,8 @@ struct BoxedFunction {
 /// \throws c10::ValueError when no input requires grad, or an input that requires grad has a
 ///         stride-0 dimension or overlapping memory, or is complex: always, raise_exception
 ///         or not (torch does the same).
-/// \throws the op's own errors, unchanged, whenever the forward raises.
+/// An error the op raises (forward at the point or perturbed, backward, fake kernel) is a
+/// failed check (Check::kForwardError, kBackwardError, kFakeKernel) with the op's message.
 /// \throws GradcheckError when a check failed and raise_exception is on.
 /// Example:
 ///   auto op = c10::Dispatcher::singleton().findSchemaOrThrow("customop::rms_norm", "");

@@ -134,6 +134,14 @@ inline constexpr double kEstimateSafety = 4.0;
 ///   auto tol = customop::gradcheck::default_tolerances(c10::ScalarType::Float);  // atol 1e-4
 Tolerances default_tolerances(c10::ScalarType dtype);
 
+/// Which subsets of the differentiable inputs the backward also runs with, the others not
+/// requiring grad (GradcheckOptions::input_subsets).
+enum class InputSubsets : std::uint8_t {
+  kNone,                   ///< only with every input requiring grad (torch's gradcheck)
+  kEachAlone,              ///< also each input alone: n subsets
+  kEachAloneAndAllButOne,  ///< also each input alone and every input but one: 2n (n >= 3)
+};
+
 /// Options of a gradient check. The defaults mirror torch.autograd.gradcheck where it has one
 /// (slow mode, eps/atol/rtol for float64, nondet_tol 0, undefined-grad check on), and turn on
 /// the checks it leaves off by default (grad dtype) or does not make (non-differentiable
@@ -188,6 +196,12 @@ struct GradcheckOptions {
   /// not this. Its cost, counted apart in GradcheckResult::layout_counts: per input
   /// variant one forward call and one VJP; per grad_output variant one VJP; plus one VJP.
   bool check_layout_variants = true;
+  /// Also run the backward with only some inputs requiring grad, and require the same grads
+  /// for them: a backward that branches on which inputs need grad (needs_input_grad, output
+  /// masks) has paths the full check never takes. Cost, counted apart in
+  /// GradcheckResult::subset_counts: per subset one forward call and one VJP, plus one VJP;
+  /// nothing with fewer than 2 differentiable inputs.
+  InputSubsets input_subsets = InputSubsets::kEachAloneAndAllButOne;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
   /// Ridders: first step relative to max(1, |x|) (Ceres: 1e-2), shrink factor per level

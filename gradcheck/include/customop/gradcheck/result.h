@@ -29,7 +29,9 @@ enum class Check : std::uint8_t {
   kCudaVsCpu,                ///< CUDA outputs or grads differ from the CPU ones
   kFakeKernel,               ///< the fake (Meta) kernel's outputs differ in count, shape,
                              ///< dtype, strides or device from the real kernel's, or it raised
-  kLayout,  ///< an input or grad_output in a non-contiguous layout changed outputs or grads
+  kLayout,        ///< an input or grad_output in a non-contiguous layout changed outputs or grads
+  kForwardError,  ///< the function itself raised an error (at the point, or perturbed)
+  kInputSubset,   ///< with only some inputs requiring grad, their grads changed (or it raised)
 };
 
 /// Names a check, as JSON spells it.
@@ -135,6 +137,10 @@ struct GradcheckResult {
   /// cost (apart from `counts`, which stays comparable with torch.autograd.gradcheck's).
   std::vector<std::string> layout_variants;
   OpCounts layout_counts;
+  /// The input subsets checked (GradcheckOptions::input_subsets), e.g. "'x'", "every input
+  /// but 'x'", and their cost, counted apart from `counts`.
+  std::vector<std::string> input_subsets;
+  OpCounts subset_counts;
 
   /// Formats this result as text (format_report in report.h).
   /// \returns the full report; its first line is the first failure's headline, or

@@ -1,0 +1,122 @@
+"""Any Python callable as a dispatcher op, for the C++ harness: the tensors among its inputs
+(nested sequences flattened) become the op's Tensor arguments, the rest stay constants, and its
+tensor outputs (nested sequences flattened) become the op's returns. The op's kernel is the
+callable itself at the CompositeImplicitAutograd key, so its own autograd (an
+autograd.Function, a torch.library.custom_op, ATen ops) is what the harness differentiates."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+_NAMESPACE = "customop_pyfn"
+_counter = itertools.count()
+
+
+def as_tuple(inputs) -> tuple:
+    """torch.autograd.gradcheck's reading of `inputs`: one tensor, or a sequence of inputs."""
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,)
+    if isinstance(inputs, (list, tuple)):
+        return tuple(inputs)
+    return (inputs,)
+
+
+def parameter_names(func: Callable, count: int) -> list[str]:
+    """The names of func's first `count` positional parameters ("input 3" where it has none:
+    a builtin, or past a fixed list); *args is spelled args[k]."""
+    names: list[str] = []
+    owner = getattr(func, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+        func = owner.forward  # MyFunction.apply: forward's parameters, without ctx
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if owner is not None and params and params[0].name == "ctx":
+        params = params[1:]
+    for p in params:
+        if len(names) == count:
+            break
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            names.extend(f"{p.name}[{k}]" for k in range(count - len(names)))
+    names.extend(f"input {k}" for k in range(len(names), count))
+    return names
+
+
+def function_name(func: Callable) -> str:
+    """"Scale.apply", "test_x.<locals>.f", "exp" (a builtin: its own name, not its class's)."""
+    if inspect.isbuiltin(func) and not isinstance(getattr(func, "__self__", None), type):
+        return getattr(func, "__name__", type(func).__name__)
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return name or type(func).__name__
+
+
+def tensor_leaves(value) -> list[torch.Tensor]:
+    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+class CallableOp:
+    """The generated op of one check. `tensors` are the op's arguments (the tensor leaves of
+    the inputs, in order), `arg_names` their names ("x", "xs[1]"), `name` the op's qualified
+    name ("customop_pyfn::fn7"). Use as a context manager: the op is removed on exit."""
+
+    def __init__(self, func: Callable, inputs: Sequence[Any], num_outputs: int,
+                 top_names: Sequence[str] | None = None):
+        self.func = func
+        paths, self._spec = pytree.tree_flatten_with_path(tuple(inputs))
+        self._leaves = [leaf for _, leaf in paths]
+        self._positions = [k for k, leaf in enumerate(self._leaves) if isinstance(leaf, torch.Tensor)]
+        if not self._positions:
+            raise ValueError(f"customop.gradcheck.gradcheck({function_name(func)}): no tensor "
+                             f"among the inputs")
+        top = list(top_names) if top_names is not None else parameter_names(func, len(inputs))
+        self.arg_names = []
+        for k in self._positions:
+            path = paths[k][0]
+            rest = "".join(f"[{getattr(p, 'idx', getattr(p, 'key', p))}]" for p in path[1:])
+            self.arg_names.append(top[path[0].idx] + rest)
+        self.tensors = [self._leaves[k] for k in self._positions]
+        self.num_outputs = num_outputs
+        self.name = f"{_NAMESPACE}::fn{next(_counter)}"
+        self._lib: torch.library.Library | None = None
+
+    def call(self, tensors: Sequence[torch.Tensor]):
+        leaves = list(self._leaves)
+        for k, t in zip(self._positions, tensors):
+            leaves[k] = t
+        return self.func(*pytree.tree_unflatten(leaves, self._spec))
+
+    def _kernel(self, *tensors):
+        outs = tensor_leaves(self.call(tensors))
+        return outs[0] if self.num_outputs == 1 else tuple(outs)
+
+    def __enter__(self) -> CallableOp:
+        short = self.name.split("::")[1]
+        params = ", ".join(f"Tensor a{k}" for k in range(len(self.tensors)))
+        returns = "Tensor" if self.num_outputs == 1 else \
+            "(" + ", ".join("Tensor" for _ in range(self.num_outputs)) + ")"
+        self._lib = torch.library.Library(_NAMESPACE, "FRAGMENT")
+        self._lib.define(f"{short}({params}) -> {returns}")
+        self._lib.impl(short, self._kernel, "CompositeImplicitAutograd")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lib is not None:
+            self._lib._destroy()
+            self._lib = None
+
+
+@contextlib.contextmanager
+def callable_op(func: Callable, inputs: Sequence[Any], num_outputs: int,
+                top_names: Sequence[str] | None = None) -> Iterator[CallableOp]:
+    with CallableOp(func, inputs, num_outputs, top_names) as op:
+        yield op

@@ -1,0 +1,269 @@
+"""customop.gradcheck for Python users: the drop-in gradcheck/gradgradcheck on any callable,
+errors that come back as reports, the input-subset check, check() with keywords and defaults,
+and the pytest plugin."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import customop.gradcheck as gc
+
+
+def leaf(*shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True)
+
+
+class Scale(torch.autograd.Function):
+    """y = x * w; `factor` scales the grad of w (1.0: correct)."""
+
+    factor = 1.0
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w, g * x * Scale.factor
+
+
+class SkipsWhenAlone(torch.autograd.Function):
+    """y = x * w, whose grad of x is wrong only when w does not require grad: the path the
+    full check never takes."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = g * w if ctx.needs_input_grad[1] else g * w * 1.5
+        return gx, (g * x if ctx.needs_input_grad[1] else None)
+
+
+class RaisingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ValueError("my backward is broken")
+
+
+def test_torch_style_calls_run_unchanged():
+    x, w = leaf(4, 3), leaf(3, seed=1)
+    assert gc.gradcheck(torch.sin, (x,))
+    assert gc.gradcheck(torch.sin, x)  # one tensor, as torch takes it
+    assert gc.gradcheck(Scale.apply, (x, w), eps=1e-6, atol=1e-5, rtol=1e-3, nondet_tol=0.0,
+                        check_undefined_grad=True, check_grad_dtypes=True, fast_mode=True,
+                        check_batched_grad=False, check_backward_ad=True, masked=None)
+    assert gc.gradcheck(lambda xs, k: (xs[0] * xs[1]).pow(k), ([x, leaf(4, 3, seed=2)], 2))
+    assert gc.gradgradcheck(torch.tanh, (x,))
+    assert gc.gradgradcheck(lambda a, b: (a * b).sin(), (x, leaf(4, 3, seed=3)))
+    assert gc.gradcheck(lambda a: torch.max(a, 1), (x,))  # values + int64 indices
+
+
+def test_failure_names_the_parameter_and_the_element():
+    Scale.factor = 1.01
+    try:
+        with pytest.raises(gc.GradcheckError) as e:
+            gc.gradcheck(Scale.apply, (leaf(5), leaf(5, seed=1)))
+        assert gc.gradcheck(Scale.apply, (leaf(5), leaf(5, seed=1)), raise_exception=False) is False
+    finally:
+        Scale.factor = 1.0
+    text = str(e.value)
+    assert "Jacobian mismatch for output 0 with respect to input 1 ('w')" in text, text
+    assert "worst element: d output 0[" in text and "numerical" in text and "analytical" in text
+
+
+def test_named_parameters_and_nested_inputs_name_the_input():
+    def f(x, pair):
+        return x * pair[0] + pair[1] * 1.01 if False else x * pair[0] + pair[1]
+
+    def wrong(x, pair):
+        return WrongSecond.apply(x, pair[1])
+
+    assert gc.gradcheck(f, (leaf(3), [leaf(3, seed=1), leaf(3, seed=2)]))
+    with pytest.raises(gc.GradcheckError, match=r"input 2 \('pair\[1\]'\)"):
+        gc.gradcheck(wrong, (leaf(3), [leaf(3, seed=1), leaf(3, seed=2)]))
+
+
+class WrongSecond(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x + y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g * 2
+
+
+def test_refused_keywords_name_themselves():
+    for kw in ("check_batched_grad", "check_forward_ad", "check_batched_forward_grad"):
+        with pytest.raises(NotImplementedError, match=kw):
+            gc.gradcheck(torch.sin, (leaf(3),), **{kw: True})
+    with pytest.raises(NotImplementedError, match="masked"):
+        gc.gradcheck(torch.sin, (leaf(3),), masked=True)
+    with pytest.raises(NotImplementedError, match="check_backward_ad"):
+        gc.gradcheck(torch.sin, (leaf(3),), check_backward_ad=False)
+    with pytest.raises(ValueError, match="unknown option 'tolerance'"):
+        gc.gradcheck(torch.sin, (leaf(3),), tolerance=1)
+
+
+def test_a_raising_backward_is_a_report_not_a_system_error():
+    report = None
+    with pytest.raises(gc.GradcheckError) as e:
+        gc.gradcheck(RaisingBackward.apply, (leaf(3),))
+    text = str(e.value)
+    assert "backward raised an error" in text and "my backward is broken" in text, text
+    assert "ValueError, raised at" in text and "in backward" in text, text
+    ok, report = gc._check_callable(gc.gradcheck, RaisingBackward.apply, (leaf(3),))
+    assert not ok and report["failures"][0]["check"] == "backward_error"
+    # The interpreter is left clean: the next check runs.
+    assert gc.gradcheck(torch.sin, (leaf(3),))
+
+
+def test_a_raising_custom_op_backward_comes_back_from_check():
+    @torch.library.custom_op("customop_callables::double_it", mutates_args=())
+    def double_it(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def backward(ctx, g):
+        raise ValueError("my backward is broken")
+
+    double_it.register_autograd(backward)
+    reports = gc.check(double_it, [(leaf(3),)])
+    assert not reports[0]["passed"]
+    assert any("my backward is broken" in f["detail"] for f in reports[0]["failures"])
+    assert gc.check(torch.ops.aten.sin, [(leaf(3),)])[0]["passed"]
+
+
+def test_a_raising_forward_is_a_report():
+    def f(x):
+        if x.shape[0] == 3:
+            raise RuntimeError("forward refuses 3 elements")
+        return x
+
+    with pytest.raises(gc.GradcheckError, match="forward refuses 3 elements") as e:
+        gc.gradcheck(f, (leaf(3),))
+    assert isinstance(e.value.__cause__, RuntimeError)
+    calls = []
+
+    def raises_when_perturbed(x):
+        calls.append(1)
+        if len(calls) > 3:
+            raise ArithmeticError("not at this point")
+        return x * 2
+
+    ok, report = gc._check_callable(gc.gradcheck, raises_when_perturbed, (leaf(3),))
+    assert not ok and report["failures"][0]["check"] == "forward_error", report["failures"]
+    assert "not at this point" in report["failures"][0]["detail"]
+
+
+def test_input_subsets_catch_the_needs_input_grad_path_torch_misses():
+    x, w = leaf(4), leaf(4, seed=1)
+    assert torch.autograd.gradcheck(SkipsWhenAlone.apply, (x, w))  # torch never takes the path
+    assert gc.gradcheck(SkipsWhenAlone.apply, (x, w), input_subsets="none")
+    with pytest.raises(gc.GradcheckError,
+                       match=r"the grad of input 0 \('x'\) differs when only 'x' requires grad"):
+        gc.gradcheck(SkipsWhenAlone.apply, (x, w))
+    ok, report = gc._check_callable(gc.gradcheck, Scale.apply, (x, w))
+    assert ok and report["input_subsets"] == ["'x'", "'w'"], report["input_subsets"]
+    assert report["subset_forward_calls"] == 2 and report["subset_vjp_calls"] == 3
+
+
+def test_check_takes_keywords_and_fills_schema_defaults():
+    @torch.library.custom_op("customop_callables::scaled", mutates_args=())
+    def scaled(x: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
+        return x * alpha
+
+    scaled.register_autograd(lambda ctx, g: (g * ctx.alpha, None),
+                             setup_context=lambda ctx, inputs, output:
+                             setattr(ctx, "alpha", inputs[1]))
+    x = leaf(3)
+    reports = gc.check(scaled, [(x,), {"x": x, "alpha": 3.0}, gc.Sample(x, alpha=0.5)])
+    assert [r["passed"] for r in reports] == [True, True, True]
+    with pytest.raises(ValueError, match="missing a value for argument 'x'"):
+        gc.check(scaled, [{"alpha": 1.0}])
+    with pytest.raises(ValueError, match="no argument named 'beta'"):
+        gc.check(scaled, [gc.Sample(x, beta=1.0)])
+
+
+def test_gradgradcheck_catches_a_backward_that_is_not_differentiable():
+    class DetachedBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos().detach()  # wrong second derivative, right first
+
+    x = leaf(4)
+    assert gc.gradcheck(DetachedBackward.apply, (x,))
+    assert not gc.gradgradcheck(DetachedBackward.apply, (x,), raise_exception=False)
+
+
+PLUGIN_SUITE = textwrap.dedent('''
+    import torch
+    from torch.autograd import gradcheck
+
+    class SkipsWhenAlone(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x * w
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            gx = g * w if ctx.needs_input_grad[1] else g * w * 1.5
+            return gx, (g * x if ctx.needs_input_grad[1] else None)
+
+    def leaf(n, dtype=torch.float64):
+        return torch.randn(n, dtype=dtype).requires_grad_(True)
+
+    def test_correct():
+        assert gradcheck(torch.sin, (leaf(5),))
+
+    def test_float32():
+        assert torch.autograd.gradcheck(torch.exp, (leaf(5, torch.float32),), raise_exception=False)
+
+    def test_branch_bug():
+        assert gradcheck(SkipsWhenAlone.apply, (leaf(4), leaf(4)))
+
+    def test_fixture(customop_gradcheck):
+        customop_gradcheck(torch.tanh, (leaf(3),))
+        customop_gradcheck.op(torch.ops.aten.sin, [(leaf(3),)])
+''')
+
+
+def test_pytest_plugin_routes_torch_gradcheck_and_lists_disagreements(tmp_path):
+    (tmp_path / "test_suite.py").write_text(PLUGIN_SUITE)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "--customop-gradcheck", str(tmp_path / "test_suite.py")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    out = run.stdout + run.stderr
+    assert "1 failed, 3 passed" in out, out
+    assert "test_suite.py::test_branch_bug" in out and "differs when only 'x'" in out, out
+    assert "3 gradcheck calls routed to customop" in out, out
+    assert "2 verdicts differ from torch.autograd.gradcheck" in out, out
+    assert "test_float32: gradcheck(exp): customop pass, torch fail" in out, out
+    plain = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            str(tmp_path / "test_suite.py")],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert "1 failed, 3 passed" in plain.stdout, plain.stdout  # torch fails float32, passes the bug
+    assert "test_float32" in plain.stdout and "customop gradcheck" not in plain.stdout
