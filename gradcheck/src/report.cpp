@@ -128,9 +128,10 @@ std::string format_report(const GradcheckResult& r) {
   }
   os << "  op " << r.op;
   if (!r.label.empty()) os << ", sample \"" << r.label << "\"";
-  os << ", " << r.device << " " << r.dtype << ", " << mode_name(r.mode)
-     << " mode, numerical: " << r.method << ", op evaluations: " << r.counts.forward_calls
-     << " forward + " << r.counts.vjp_calls << " backward\n";
+  os << ", " << r.device << " " << r.dtype << ", " << mode_name(r.mode) << " mode";
+  if (!r.method.empty()) os << ", numerical: " << r.method;  // none when the forward raised
+  os << ", op evaluations: " << r.counts.forward_calls << " forward + " << r.counts.vjp_calls
+     << " backward\n";
   if (!r.layout_variants.empty()) {
     os << "  layout variants: " << r.layout_variants.size() << " (";
     for (std::size_t k = 0; k < r.layout_variants.size(); ++k) {

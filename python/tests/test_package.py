@@ -170,7 +170,9 @@ def test_gradcheck_runs_on_customops_own_ops_and_refuses_bad_samples():
     w = (torch.rand(8, dtype=F64) + 0.5).requires_grad_()
     (report,) = customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6)])
     assert report["passed"], customop.gradcheck.format_failure(report)
-    with pytest.raises(ValueError, match="expected 3 arguments"):
-        customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w)])
+    (report,) = customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w)])  # eps's default
+    assert report["passed"], customop.gradcheck.format_failure(report)
+    with pytest.raises(ValueError, match="expected at most 3 arguments"):
+        customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6, 1)])
     with pytest.raises(ValueError, match="unknown option 'tolerance'"):
         customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6)], tolerance=1)

@@ -91,7 +91,11 @@ std::string_view low_precision_method_name(LowPrecisionMethod method);
 ///   one entry whose own noise happens to cancel cannot shrink its own bound (x5 with Ridders,
 ///   whose tableau weights add up to ~4.6 over three orders and amplify that noise).
 /// - r: the numerical side's rounding, u_num (|f(x+h)| + |f(x-h)|) / (2h), with u_num the unit
-///   roundoff of the dtype the differences ran in (float64 for the float64 reference).
+///   roundoff of the dtype the differences ran in (float64 for the float64 reference). Where an
+///   output responds to two or more input elements (slow mode), |f| is raised to the
+///   root-sum-square T of its terms J_ik x_k over every differentiable input: a sum is rounded
+///   in proportion to its terms, which can cancel to a far smaller f (bmm); the model and its
+///   sources are in gradcheck/src/detail/sum_rounding.h.
 /// - a: the analytical side's rounding, u_ana (|analytical| + max |analytical| over the
 ///   (output, input) block: the backward's terms can cancel to an entry far smaller than
 ///   them), with u_ana the unit roundoff of the backward's dtype (6e-8 for a float32 one).
