@@ -202,6 +202,26 @@ void compare_cuda_with_cpu(const BoxedFunction& fn, const torch::jit::Stack& arg
   }
 }
 
+/// Refuses a central-difference step the inputs' magnitude quantizes: below 100 u max|x| (u =
+/// 2^-53, the differences run in float64) x + eps keeps fewer than ~7 significant bits of eps,
+/// and f(x + eps) - f(x - eps) is rounding: the differences could not judge any entry, and a
+/// wrong backward would pass on error estimates that wide.
+void check_step(const std::string& name, const std::vector<detail::Slot>& slots,
+                const std::vector<at::Tensor>& point, double eps) {
+  for (std::size_t j = 0; j < point.size(); ++j) {
+    if (point[j].numel() == 0) continue;
+    const at::Tensor a = point[j].detach().abs().to(at::kCPU, at::kDouble);
+    const double largest = at::where(at::isfinite(a), a, at::zeros_like(a)).max().item<double>();
+    const double smallest_step = 100 * std::ldexp(1.0, -53) * largest;
+    TORCH_CHECK_VALUE(eps >= smallest_step, name, ": eps = ", eps, " is too small for input ", j,
+                      " ('", slots[j].name, "'), whose largest |element| is ", largest,
+                      ": below 100 u max|x| = ", smallest_step,
+                      " (u = 2^-53) the finite differences are rounding and cannot judge the "
+                      "Jacobian; pass eps >= ",
+                      smallest_step, " or rescale the input");
+  }
+}
+
 void summarize_arguments(GradcheckResult& r) {
   r.arguments.clear();
   for (std::size_t j = 0; j < r.inputs.size(); ++j) {
@@ -248,6 +268,9 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
   const c10::ScalarType low = detail::lowest_precision(point);
   r.dtype = detail::dtype_name(low);
   r.tolerances = resolve_tolerances(options, low);
+  if (options.low_precision != LowPrecisionMethod::kRidders) {
+    check_step(fn.name, slots, point, r.tolerances.eps);
+  }
 
   const detail::Function f = detail::make_op_function(fn, args, slots, &r.counts);
   detail::Checked c;

@@ -117,6 +117,20 @@ nlohmann::json result_json(const GradcheckResult& r) {
 
 }  // namespace
 
+namespace {
+
+/// "  <what>: 2 (x: strided, w: strided), 1 forward + 3 backward more": the runs a check made
+/// besides the first-order ones, and their cost.
+void extra_runs(std::ostream& os, const char* what, const std::vector<std::string>& runs,
+                const OpCounts& counts) {
+  if (runs.empty()) return;
+  os << "  " << what << ": " << runs.size() << " (";
+  for (std::size_t k = 0; k < runs.size(); ++k) os << (k ? ", " : "") << runs[k];
+  os << "), " << counts.forward_calls << " forward + " << counts.vjp_calls << " backward more\n";
+}
+
+}  // namespace
+
 std::string format_report(const GradcheckResult& r) {
   std::ostringstream os;
   if (r.failures.empty()) {
@@ -132,22 +146,8 @@ std::string format_report(const GradcheckResult& r) {
   if (!r.method.empty()) os << ", numerical: " << r.method;  // none when the forward raised
   os << ", op evaluations: " << r.counts.forward_calls << " forward + " << r.counts.vjp_calls
      << " backward\n";
-  if (!r.layout_variants.empty()) {
-    os << "  layout variants: " << r.layout_variants.size() << " (";
-    for (std::size_t k = 0; k < r.layout_variants.size(); ++k) {
-      os << (k ? ", " : "") << r.layout_variants[k];
-    }
-    os << "), " << r.layout_counts.forward_calls << " forward + " << r.layout_counts.vjp_calls
-       << " backward more\n";
-  }
-  if (!r.input_subsets.empty()) {
-    os << "  input subsets requiring grad: " << r.input_subsets.size() << " (";
-    for (std::size_t k = 0; k < r.input_subsets.size(); ++k) {
-      os << (k ? ", " : "") << r.input_subsets[k];
-    }
-    os << "), " << r.subset_counts.forward_calls << " forward + " << r.subset_counts.vjp_calls
-       << " backward more\n";
-  }
+  extra_runs(os, "layout variants", r.layout_variants, r.layout_counts);
+  extra_runs(os, "input subsets requiring grad", r.input_subsets, r.subset_counts);
   if (r.failures.size() > 1) {
     os << "  also failed:\n";
     for (std::size_t k = 1; k < r.failures.size(); ++k) {

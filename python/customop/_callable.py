@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from . import _harness
+
 _NAMESPACE = "customop_pyfn"
 _counter = itertools.count()
 
@@ -32,6 +34,9 @@ def parameter_names(func: Callable, count: int) -> list[str]:
     """The names of func's first `count` positional parameters ("input 3" where it has none:
     a builtin, or past a fixed list); *args is spelled args[k]."""
     names: list[str] = []
+    if isinstance(func, torch.nn.Module):
+        func = func.forward
+    func = getattr(func, "_init_fn", func)  # torch.library.custom_op: the decorated function
     owner = getattr(func, "__self__", None)
     if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
         func = owner.forward  # MyFunction.apply: forward's parameters, without ctx
@@ -53,7 +58,12 @@ def parameter_names(func: Callable, count: int) -> list[str]:
 
 
 def function_name(func: Callable) -> str:
-    """"Scale.apply", "test_x.<locals>.f", "exp" (a builtin: its own name, not its class's)."""
+    """"Scale.apply", "test_x.<locals>.f", "exp" (a builtin: its own name, not its class's),
+    "mylib::op" (a torch.library.custom_op), "Linear" (a module)."""
+    if isinstance(func, torch.nn.Module):
+        return type(func).__name__
+    if isinstance(getattr(func, "_qualname", None), str):
+        return func._qualname
     if inspect.isbuiltin(func) and not isinstance(getattr(func, "__self__", None), type):
         return getattr(func, "__name__", type(func).__name__)
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
@@ -62,6 +72,15 @@ def function_name(func: Callable) -> str:
 
 def tensor_leaves(value) -> list[torch.Tensor]:
     return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def fresh_copies(inputs):
+    """`inputs` with every tensor a detached copy that requires grad as the original does: a
+    call on them leaves the user's tensors untouched (an in-place function) and runs under
+    autograd as the check will."""
+    return pytree.tree_map(
+        lambda v: v.detach().clone().requires_grad_(v.requires_grad)
+        if isinstance(v, torch.Tensor) else v, inputs)
 
 
 class CallableOp:
@@ -84,7 +103,12 @@ class CallableOp:
             path = paths[k][0]
             rest = "".join(f"[{getattr(p, 'idx', getattr(p, 'key', p))}]" for p in path[1:])
             self.arg_names.append(top[path[0].idx] + rest)
-        self.tensors = [self._leaves[k] for k in self._positions]
+        # Copies of the tensors that do not require grad (the harness copies the others): a
+        # function that writes into its inputs leaves the caller's tensors untouched.
+        self.tensors = [t if t.requires_grad else t.detach().clone()
+                        for t in (self._leaves[k] for k in self._positions)]
+        self._differentiable = [t.requires_grad and (t.is_floating_point() or t.is_complex())
+                                for t in self.tensors]
         self.num_outputs = num_outputs
         self.name = f"{_NAMESPACE}::fn{next(_counter)}"
         self._lib: torch.library.Library | None = None
@@ -96,7 +120,22 @@ class CallableOp:
         return self.func(*pytree.tree_unflatten(leaves, self._spec))
 
     def _kernel(self, *tensors):
-        outs = tensor_leaves(self.call(tensors))
+        # NB: the harness evaluates perturbed copies under no_grad; torch's gradcheck calls the
+        # function with grad mode on and its inputs requiring grad, and a function that
+        # differentiates inside (a Hessian-vector product) needs that: given here, outputs
+        # detached.
+        inside_no_grad = not torch.is_grad_enabled()
+        if inside_no_grad:
+            tensors = [t.detach().requires_grad_(True) if d and not t.requires_grad else t
+                       for t, d in zip(tensors, self._differentiable)]
+        try:
+            with torch.enable_grad():
+                outs = tensor_leaves(self.call(tensors))
+        except BaseException as e:
+            _harness.record(e)  # the original, for the caller's `raise ... from`
+            raise
+        if inside_no_grad:
+            outs = [o.detach() for o in outs]
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
     def __enter__(self) -> CallableOp:

@@ -17,6 +17,7 @@ installed; nothing is imported from torch or customop until it is used):
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -40,28 +41,55 @@ class _Routing:
             self.calls += 1
             raise_exception = kwargs.pop("raise_exception", True)
             try:
-                ok, report = gc._check_callable(ours, func, inputs, *args, **kwargs)
+                ok, report = gc.check_callable(ours, func, inputs, *args, **kwargs)
             except NotImplementedError:
                 self.torch_only += 1
-                return theirs(func, inputs, *args, raise_exception=raise_exception, **kwargs)
+                with self.torch_itself():
+                    return theirs(func, inputs, *args, raise_exception=raise_exception, **kwargs)
             try:
-                torch_ok = theirs(func, inputs, *args, raise_exception=False, **kwargs)
+                with self.torch_itself():
+                    torch_ok = theirs(func, inputs, *args, raise_exception=False, **kwargs)
             except Exception as e:  # noqa: BLE001 -- torch raises for errors of func
                 torch_ok = f"raised {type(e).__name__}"
             if torch_ok is not ok:
                 first = (report.get("failures") or [{}])[0].get("headline", "")
                 self.disagreements.append({
-                    "test": self.current_test, "call": name,
-                    "function": _function_name(func),
-                    "customop": "pass" if ok else "fail", "torch": {True: "pass", False: "fail"}.get(
-                        torch_ok, torch_ok), "first_failure": first})
+                    "test": self.current_test, "call": name, "function": _function_name(func),
+                    "customop": "pass" if ok else "fail",
+                    "torch": {True: "pass", False: "fail"}.get(torch_ok, torch_ok),
+                    "first_failure": first})
             if not ok and raise_exception:
+                raised = report.get("_raised") or []
+                if raised and report["failures"][0]["check"] in ("forward_error",
+                                                                 "backward_error"):
+                    raise raised[0]  # as torch: the function's own exception, unchanged
                 raise gc.GradcheckError(gc.format_failure(report))
             return ok
 
         routed.__name__ = name
         routed.__doc__ = f"customop.gradcheck.{name}, routed by pytest --customop-gradcheck"
         return routed
+
+    @contextlib.contextmanager
+    def torch_itself(self):
+        """torch's originals in place while torch's own check runs (its gradgradcheck calls
+        the module's gradcheck)."""
+        module = sys.modules["torch.autograd.gradcheck"]
+        routed = {name: getattr(module, name) for name in self.originals}
+        _install(self.originals)
+        try:
+            yield
+        finally:
+            _install(routed)
+
+
+def _install(functions: dict[str, Any]) -> None:
+    import torch.autograd
+
+    module = sys.modules["torch.autograd.gradcheck"]
+    for name, fn in functions.items():
+        setattr(torch.autograd, name, fn)
+        setattr(module, name, fn)
 
 
 _routing: _Routing | None = None
@@ -91,12 +119,12 @@ def pytest_configure(config):
 
     module = sys.modules["torch.autograd.gradcheck"]
     _routing = _Routing()
+    routed = {}
     for name, ours in (("gradcheck", gc.gradcheck), ("gradgradcheck", gc.gradgradcheck)):
         theirs = getattr(module, name)
         _routing.originals[name] = theirs
-        routed = _routing.route(name, ours, theirs)
-        setattr(torch.autograd, name, routed)
-        setattr(module, name, routed)
+        routed[name] = _routing.route(name, ours, theirs)
+    _install(routed)
     del torch
 
 
@@ -104,12 +132,7 @@ def pytest_unconfigure(config):
     global _routing
     if _routing is None:
         return
-    import torch.autograd
-
-    module = sys.modules["torch.autograd.gradcheck"]
-    for name, theirs in _routing.originals.items():
-        setattr(torch.autograd, name, theirs)
-        setattr(module, name, theirs)
+    _install(_routing.originals)
     _routing = None
 
 
@@ -140,7 +163,7 @@ class _Fixture:
     def __call__(self, func, inputs, **options) -> None:
         from customop import gradcheck as gc
 
-        ok, report = gc._check_callable(gc.gradcheck, func, inputs, **options)
+        ok, report = gc.check_callable(gc.gradcheck, func, inputs, **options)
         if not ok:
             raise AssertionError(gc.format_failure(report))
 

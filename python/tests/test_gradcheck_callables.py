@@ -4,6 +4,7 @@ and the pytest plugin."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -117,7 +118,7 @@ def test_refused_keywords_name_themselves():
         gc.gradcheck(torch.sin, (leaf(3),), masked=True)
     with pytest.raises(NotImplementedError, match="check_backward_ad"):
         gc.gradcheck(torch.sin, (leaf(3),), check_backward_ad=False)
-    with pytest.raises(ValueError, match="unknown option 'tolerance'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tolerance'"):
         gc.gradcheck(torch.sin, (leaf(3),), tolerance=1)
 
 
@@ -128,7 +129,7 @@ def test_a_raising_backward_is_a_report_not_a_system_error():
     text = str(e.value)
     assert "backward raised an error" in text and "my backward is broken" in text, text
     assert "ValueError, raised at" in text and "in backward" in text, text
-    ok, report = gc._check_callable(gc.gradcheck, RaisingBackward.apply, (leaf(3),))
+    ok, report = gc.check_callable(gc.gradcheck, RaisingBackward.apply, (leaf(3),))
     assert not ok and report["failures"][0]["check"] == "backward_error"
     # The interpreter is left clean: the next check runs.
     assert gc.gradcheck(torch.sin, (leaf(3),))
@@ -166,7 +167,7 @@ def test_a_raising_forward_is_a_report():
             raise ArithmeticError("not at this point")
         return x * 2
 
-    ok, report = gc._check_callable(gc.gradcheck, raises_when_perturbed, (leaf(3),))
+    ok, report = gc.check_callable(gc.gradcheck, raises_when_perturbed, (leaf(3),))
     assert not ok and report["failures"][0]["check"] == "forward_error", report["failures"]
     assert "not at this point" in report["failures"][0]["detail"]
 
@@ -178,7 +179,7 @@ def test_input_subsets_catch_the_needs_input_grad_path_torch_misses():
     with pytest.raises(gc.GradcheckError,
                        match=r"the grad of input 0 \('x'\) differs when only 'x' requires grad"):
         gc.gradcheck(SkipsWhenAlone.apply, (x, w))
-    ok, report = gc._check_callable(gc.gradcheck, Scale.apply, (x, w))
+    ok, report = gc.check_callable(gc.gradcheck, Scale.apply, (x, w))
     assert ok and report["input_subsets"] == ["'x'", "'w'"], report["input_subsets"]
     assert report["subset_forward_calls"] == 2 and report["subset_vjp_calls"] == 3
 
@@ -217,53 +218,122 @@ def test_gradgradcheck_catches_a_backward_that_is_not_differentiable():
     assert not gc.gradgradcheck(DetachedBackward.apply, (x,), raise_exception=False)
 
 
-PLUGIN_SUITE = textwrap.dedent('''
-    import torch
-    from torch.autograd import gradcheck
+PLUGIN_SUITE = """
+import torch
+from torch.autograd import gradcheck
 
-    class SkipsWhenAlone(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, w):
-            ctx.save_for_backward(x, w)
-            return x * w
+{skips_when_alone}
 
-        @staticmethod
-        def backward(ctx, g):
-            x, w = ctx.saved_tensors
-            gx = g * w if ctx.needs_input_grad[1] else g * w * 1.5
-            return gx, (g * x if ctx.needs_input_grad[1] else None)
+def leaf(n, dtype=torch.float64):
+    return torch.randn(n, dtype=dtype).requires_grad_(True)
 
-    def leaf(n, dtype=torch.float64):
-        return torch.randn(n, dtype=dtype).requires_grad_(True)
+def test_correct():
+    assert gradcheck(torch.sin, (leaf(5),))
 
-    def test_correct():
-        assert gradcheck(torch.sin, (leaf(5),))
+def test_float32():
+    assert torch.autograd.gradcheck(torch.exp, (leaf(5, torch.float32),), raise_exception=False)
 
-    def test_float32():
-        assert torch.autograd.gradcheck(torch.exp, (leaf(5, torch.float32),), raise_exception=False)
+def test_branch_bug():
+    assert gradcheck(SkipsWhenAlone.apply, (leaf(4), leaf(4)))
 
-    def test_branch_bug():
-        assert gradcheck(SkipsWhenAlone.apply, (leaf(4), leaf(4)))
+def test_second_order():
+    assert torch.autograd.gradgradcheck(torch.tanh, (leaf(3),))
 
-    def test_fixture(customop_gradcheck):
-        customop_gradcheck(torch.tanh, (leaf(3),))
-        customop_gradcheck.op(torch.ops.aten.sin, [(leaf(3),)])
-''')
+def test_fixture(customop_gradcheck):
+    customop_gradcheck(torch.tanh, (leaf(3),))
+    customop_gradcheck.op(torch.ops.aten.sin, [(leaf(3),)])
+"""
 
 
 def test_pytest_plugin_routes_torch_gradcheck_and_lists_disagreements(tmp_path):
-    (tmp_path / "test_suite.py").write_text(PLUGIN_SUITE)
+    source = PLUGIN_SUITE.format(skips_when_alone=textwrap.dedent(inspect.getsource(SkipsWhenAlone)))
+    (tmp_path / "test_suite.py").write_text(source)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "--customop-gradcheck", str(tmp_path / "test_suite.py")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
     out = run.stdout + run.stderr
-    assert "1 failed, 3 passed" in out, out
+    assert "1 failed, 4 passed" in out, out
     assert "test_suite.py::test_branch_bug" in out and "differs when only 'x'" in out, out
-    assert "3 gradcheck calls routed to customop" in out, out
+    assert "4 gradcheck calls routed to customop" in out, out
     assert "2 verdicts differ from torch.autograd.gradcheck" in out, out
     assert "test_float32: gradcheck(exp): customop pass, torch fail" in out, out
     plain = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             str(tmp_path / "test_suite.py")],
                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert "1 failed, 3 passed" in plain.stdout, plain.stdout  # torch fails float32, passes the bug
+    assert "1 failed, 4 passed" in plain.stdout, plain.stdout  # torch fails float32, passes the bug
     assert "test_float32" in plain.stdout and "customop gradcheck" not in plain.stdout
+
+
+def test_functions_that_differentiate_inside_run_as_under_torch():
+    def hvp(a):
+        return torch.autograd.grad((a ** 3).sum(), a, create_graph=True)[0]
+
+    assert gc.gradcheck(hvp, (leaf(3),))
+    assert torch.autograd.gradcheck(hvp, (leaf(3),))
+
+
+def test_the_users_tensors_are_never_modified():
+    def doubles_in_place(a, b):
+        b.mul_(2)
+        return a * b
+
+    x, y = leaf(3), torch.ones(3, dtype=torch.float64)
+    gc.gradcheck(doubles_in_place, (x, y), raise_exception=False)
+    assert torch.equal(y, torch.ones(3, dtype=torch.float64))
+
+
+def test_keyboard_interrupt_propagates_and_errors_chain_the_original():
+    class Interrupted(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        gc.gradcheck(Interrupted.apply, (leaf(3),))
+    with pytest.raises(gc.GradcheckError) as e:
+        gc.gradcheck(RaisingBackward.apply, (leaf(3),))
+    assert isinstance(e.value.__cause__, ValueError)
+    assert str(e.value.__cause__) == "my backward is broken"
+
+
+def test_bad_keywords_and_unjudgeable_dtypes_are_refused_by_name():
+    x = leaf(3)
+    for kw, exc, text in ((dict(eps=0), ValueError, "eps must be a finite number > 0"),
+                          (dict(eps=float("nan")), ValueError, "eps must be"),
+                          (dict(nondet_tol=-1), ValueError, "nondet_tol must be"),
+                          (dict(atol=float("inf")), ValueError, "atol must be"),
+                          (dict(foo=1), TypeError, "unexpected keyword argument 'foo'")):
+        with pytest.raises(exc, match=text):
+            gc.gradcheck(torch.sin, (x,), **kw)
+    assert gc.gradcheck(torch.sin, (x,), check_batched_grad=None, check_backward_ad=1)
+    with pytest.raises(NotImplementedError, match="complex128 requires grad"):
+        gc.gradcheck(torch.sin, (torch.randn(3, dtype=torch.complex128, requires_grad=True),))
+    with pytest.raises(NotImplementedError, match="bfloat16 requires grad"):
+        gc.gradcheck(torch.sin, (leaf(3, dtype=torch.bfloat16),))
+    with pytest.raises(NotImplementedError, match="an output of dtype torch.complex128"):
+        gc.gradcheck(lambda a: a * (1 + 1j), (x,))
+    with pytest.raises(ValueError, match="returned no tensor that requires grad"):
+        gc.gradgradcheck(lambda a: None, (x,))
+
+
+def test_entries_the_differences_cannot_judge_warn_and_a_quantized_step_is_refused():
+    # float64 differences of an output rounded to float32: 6e-8 |f| / 1e-6 of noise per entry
+    with pytest.warns(gc.UnreliableDifferencesWarning, match="may pass"):
+        assert gc.gradcheck(lambda a: (a * 3).float(), (leaf(3),))
+    huge = (torch.randn(3, dtype=torch.float64) * 1e10).requires_grad_()
+    with pytest.raises(ValueError, match=r"eps = 1e-06 is too small for input 0 \('a'\)"):
+        gc.gradcheck(lambda a: a * 3, (huge,))
+    assert gc.gradcheck(lambda a: a * 3, (huge,), eps=1e-2)
+
+
+def test_check_samples_name_self_and_refuse_a_missing_list():
+    a, b = leaf(2, 3), leaf(2, 3, seed=1)
+    assert gc.check("aten::add.Tensor", [gc.Sample(self=a, other=b)])[0]["passed"]
+    with pytest.raises(TypeError, match="is the list around a single sample missing"):
+        gc.check("aten::add.Tensor", (a, b))
+    with pytest.raises(ValueError, match="argument 'min': a non-finite float"):
+        gc.check("aten::clamp", [(a, float("-inf"), 0.5)])

@@ -71,6 +71,48 @@ TEST(RealOps, AWrongContractionStillFails) {
   }
 }
 
+// A correct linear function whose one output sums 1,800 terms that cancel: fast mode's
+// projection tolerance has no model of that rounding (one false alarm in 25 input seeds
+// before), and the slow recheck of a flagged pair, which has, decides.
+TEST(RealOps, FastModeFlagsAreJudgedBySlowModeOnThePair) {
+  gc::BoxedFunction fn;
+  fn.name = "repeat_weighted_sum";
+  fn.arg_names = {"a"};
+  fn.return_names = {"s"};
+  fn.call = [](torch::jit::Stack& s) {
+    const at::Tensor a = s.back().toTensor();
+    s.back() = (a.repeat({300}) * at::linspace(-1, 1, 1800, a.options())).sum();
+  };
+  int flagged = 0;  // pairs fast mode flagged and slow mode passed (seed 2: 6.6e-09 > 3.5e-09)
+  for (uint64_t seed = 0; seed < 25; ++seed) {
+    const auto r = gc::gradcheck(fn, {leaf({6}, seed)}, no_raise(gc::Mode::kFast));
+    EXPECT_TRUE(r.passed) << "seed " << seed << "\n" << r.message();
+    for (const auto& n : r.notes) flagged += n.find("in fast mode") != std::string::npos;
+  }
+  EXPECT_GE(flagged, 1) << "no seed reached the slow recheck: the test no longer exercises it";
+}
+
+// A step the inputs' magnitude quantizes cannot judge anything: refused, naming the input.
+TEST(RealOps, AStepTheInputsQuantizeIsRefused) {
+  auto& d = c10::Dispatcher::singleton();
+  const auto sin = d.findSchemaOrThrow("aten::sin", "");
+  const at::Tensor huge = (leaf({3}, 0).detach() * 1e10).requires_grad_(true);
+  try {
+    gc::gradcheck(sin, {huge}, no_raise());
+    ADD_FAILURE() << "expected a c10::ValueError";
+  } catch (const c10::ValueError& e) {
+    EXPECT_THAT(e.what_without_backtrace(),
+                HasSubstr("aten::sin: eps = 1e-06 is too small for input 0 ('self')"));
+  }
+  auto o = no_raise();
+  o.eps = 1e-20;
+  EXPECT_THROW(gc::gradcheck(sin, {leaf({3}, 0)}, o), c10::ValueError);
+  o.eps = 1e-2;
+  const at::Tensor large = (leaf({3}, 0).detach() * 1e10).requires_grad_(true);
+  const auto mul = d.findSchemaOrThrow("aten::mul", "Scalar");
+  EXPECT_TRUE(gc::gradcheck(mul, {large, 3.0}, o).passed);
+}
+
 /// y = x * w, whose grad of x is 1.5x too large when w does not require grad.
 struct SkipsWhenAlone : torch::autograd::Function<SkipsWhenAlone> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,

@@ -155,6 +155,25 @@ ProjectionBound projection_bound(double numerical, double extrapolation_error, d
   return b;
 }
 
+PairReport projection_report(double numerical, double analytical, const ProjectionBound& bound) {
+  PairReport p;
+  p.projected = true;
+  p.entries = 1;
+  const double abs_err = std::abs(numerical - analytical);
+  p.passed = abs_err <= bound.tolerance;
+  p.bad_entries = p.passed ? 0 : 1;
+  p.worst_abs_error = abs_err;
+  p.worst_rel_error = numerical != 0 ? abs_err / std::abs(numerical) : abs_err;
+  p.worst.numerical = numerical;
+  p.worst.analytical = analytical;
+  p.worst.abs_error = abs_err;
+  p.worst.rel_error = p.worst_rel_error;
+  p.worst.tolerance = bound.tolerance;
+  p.worst.error_estimate = bound.estimate;
+  p.worst.rounding_bound = bound.rounding;
+  return p;
+}
+
 std::string describe_worst(const PairReport& p, const std::string& out_name,
                            const std::string& in_name, const Tolerances& tol,
                            const std::string& steps, std::uint64_t seed) {

@@ -59,6 +59,10 @@ ProjectionBound projection_bound(double numerical, double extrapolation_error, d
                                  double noise, double ana_scale, double u_ana, double nondet_slack,
                                  bool extrapolated, const Tolerances& tol);
 
+/// The one-entry pair of a projection (fast mode): numerical and analytical v^T J u, their
+/// errors and the verdict against `bound`; output, input and names left to the caller.
+PairReport projection_report(double numerical, double analytical, const ProjectionBound& bound);
+
 /// Two lines: the worst entry of `p` (d out_name[i] / d in_name[k], numerical vs analytical,
 /// errors, the tolerances, the step rule `steps` and `seed`) and its count of bad entries.
 std::string describe_worst(const PairReport& p, const std::string& out_name,

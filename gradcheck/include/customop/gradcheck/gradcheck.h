@@ -75,7 +75,8 @@ struct BoxedFunction {
 /// \returns        the result; `passed` is false when a check failed (raise_exception off)
 /// \throws c10::ValueError when no input requires grad, or an input that requires grad has a
 ///         stride-0 dimension or overlapping memory, or is complex: always, raise_exception
-///         or not (torch does the same).
+///         or not (torch does the same); also when eps is below 100 u max|x| of an input (u =
+///         2^-53: the differences would be rounding; not with LowPrecisionMethod::kRidders).
 /// An error the op raises (forward at the point or perturbed, backward, fake kernel) is a
 /// failed check (Check::kForwardError, kBackwardError, kFakeKernel) with the op's message.
 /// \throws GradcheckError when a check failed and raise_exception is on.

@@ -32,7 +32,9 @@ enum class Mode : std::uint8_t {
   /// Gaussian with mean 1 (so errors of the form c * 1 1^T, such as a constant added to every
   /// grad, do not vanish in the projection), and u is tilted towards the analytical v^T J (so
   /// the projection stays away from 0, where atol would hide a relative error). A failing
-  /// (output, input) pair is re-checked in slow mode for the report.
+  /// (output, input) pair is re-checked in slow mode, whose verdict stands (slow mode is the
+  /// reference: the projection's tolerance has no model of multi-term rounding); a pair slow
+  /// mode passes gets a note with the fast-mode figures.
   kFast,
 };
 
