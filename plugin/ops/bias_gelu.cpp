@@ -108,6 +108,9 @@ Op<BiasGeluArgs>& bias_gelu_op() {
     o.impl(c10::DeviceType::CUDA, &detail::bias_gelu_cuda);
 #endif
     o.impl_fake(&bias_gelu_fake);
+    // Autocast: promote, as torch's pointwise ops over several tensors: autocast hands a
+    // low-precision activation beside a float32 bias, and the wider dtype runs on every device.
+    o.autocast(AutocastPolicy::kPromote);
     o.impl_autograd(&bias_gelu_save, &bias_gelu_backward);
     o.samples(&bias_gelu_samples);
     return o;

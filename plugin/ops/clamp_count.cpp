@@ -90,6 +90,9 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
     o.impl(c10::DeviceType::CUDA, &detail::clamp_count_cuda);
 #endif
     o.impl_fake(&clamp_count_fake);
+    // Autocast: float32. Comparisons only: float32 holds every float16/bfloat16 value, so the
+    // cast changes no result, and every device's kernel takes float32.
+    o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&clamp_count_save, &clamp_count_backward, {true, false});
     o.samples(&clamp_count_samples);
     return o;

@@ -98,6 +98,8 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
     o.impl(c10::DeviceType::CUDA, &detail::masked_softmax_cuda);
 #endif
     o.impl_fake(&masked_softmax_fake);
+    // Autocast: float32, as torch's softmax: exp over a row's range and its sum.
+    o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);
     o.samples(&masked_softmax_samples);
     return o;

@@ -102,6 +102,9 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
     o.impl(c10::DeviceType::CUDA, &detail::max_along_cuda);
 #endif
     o.impl_fake(&max_along_fake);
+    // Autocast: float32. A max is exact: float32 holds every float16/bfloat16 value, so the cast
+    // changes no result, and every device's kernel takes float32.
+    o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&max_along_save, &max_along_backward, {true, false});
     o.samples(&max_along_samples);
     return o;

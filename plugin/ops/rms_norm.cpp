@@ -94,6 +94,9 @@ Op<RmsNormArgs>& rms_norm_op() {
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);
 #endif
     o.impl_fake(&rms_norm_fake);
+    // Autocast: float32, as torch's own norms (layer_norm, group_norm): a mean of squares and
+    // its rsqrt want a wide accumulator and range; the output is float32.
+    o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&rms_norm_save, &rms_norm_backward);
     o.samples(&rms_norm_samples);
     return o;

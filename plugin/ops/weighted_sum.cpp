@@ -95,6 +95,8 @@ Op<WeightedSumArgs>& weighted_sum_op() {
     o.impl(c10::DeviceType::CUDA, &detail::weighted_sum_cuda);
 #endif
     o.impl_fake(&weighted_sum_fake);
+    // Autocast: float32, as torch's sum and cumsum: a sum over the list.
+    o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);
     o.samples(&weighted_sum_samples);
     return o;

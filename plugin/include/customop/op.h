@@ -160,6 +160,26 @@ class Op final : public OpCore {
     return *this;
   }
 
+  /// Declares how the op runs under autocast (torch.autocast in Python, at::autocast in C++;
+  /// eager, torch.compile and torch.export all see it): a kernel at the AutocastCPU and
+  /// AutocastCUDA dispatch keys casts the floating tensor arguments on the autocast device as
+  /// `policy` says (customop/autocast.h: kFloat32, kLowerPrecision, kPromote, kRefuse; float64
+  /// and other devices' tensors are never cast), then runs the op below autocast. Outputs keep
+  /// the dtype the op computes them in. Without a declaration, the op sees whatever dtypes
+  /// the ops before it produced.
+  /// \param policy  what to cast, or kRefuse
+  /// \param loc     where the declaration is made; named in later errors
+  /// \returns       *this, for chaining
+  /// \throws c10::Error naming the op and both locations when a policy is already declared, or
+  ///         when the op has an autocast kernel registered outside customop.
+  ///
+  /// Example:
+  ///   op.impl(c10::DeviceType::CPU, &rms_norm_cpu).autocast(customop::AutocastPolicy::kFloat32);
+  Op& autocast(AutocastPolicy policy, std::source_location loc = std::source_location::current()) {
+    set_autocast(policy, loc);
+    return *this;
+  }
+
   /// Registers the first half of the backward formula: `fn(const Args& inputs, const Ret&
   /// output) -> Saved`, run once per forward (never during backward). `Saved` is any
   /// aggregate: its at::Tensor / std::optional<at::Tensor> / std::vector<at::Tensor> fields

@@ -5,6 +5,7 @@
 /// indirection, and the checks of the reference (PyTorch's legacy CustomOp API).
 
 #include <customop/arg_types.h>
+#include <customop/autocast.h>
 #include <customop/grads.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -174,6 +175,14 @@ class OpCore {
   /// Sets (replaces) the sample generator; Op<Args, Ret>::samples(fn) is the typed way.
   void set_sample_generator(SampleGenerator g) { sample_generator_ = std::move(g); }
 
+  /// The op's autocast policy (Op::autocast), or std::nullopt when it declared none (then
+  /// torch's autocast fallthrough applies).
+  std::optional<AutocastPolicy> autocast_policy() const;
+  /// The untyped half of Op::autocast: registers the autocast kernel at AutocastCPU and
+  /// AutocastCUDA. Throws c10::Error naming the op and both locations when a policy is
+  /// already declared, or when the op has an autocast kernel from outside customop.
+  void set_autocast(AutocastPolicy policy, std::source_location loc);
+
  protected:
   /// Parses and validates `schema_text` (the reference's rules) and checks the args-struct
   /// fields and the C++ return kinds against it. Throws c10::Error naming the op.
@@ -257,6 +266,9 @@ class OpCore {
   friend struct AutogradKernel;
   friend struct DeviceKernel;
   friend struct TracerKernel;
+  friend struct AutocastKernel;
+  void autocast_kernel(const c10::OperatorHandle& op, c10::DeviceType device,
+                       torch::jit::Stack* stack) const;
   void tracer_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                      torch::jit::Stack* stack) const;
   void register_with_dispatcher();
@@ -286,6 +298,10 @@ class OpCore {
   std::atomic<const detail::KernelEntry*> kernels_[3] = {nullptr, nullptr, nullptr};
   std::vector<std::unique_ptr<detail::KernelEntry>> kernel_storage_;
   bool autograd_indirection_installed_ = false;
+  // The AutocastPolicy as an int, -1 for none: written at registration, read on every call
+  // under autocast (release/acquire, as the kernels).
+  std::atomic<int> autocast_policy_{-1};
+  std::source_location autocast_loc_;
   bool device_indirection_installed_[3] = {false, false, false};
   // Written by the registering thread before the matching part is published.
   std::optional<std::source_location> save_loc_;
