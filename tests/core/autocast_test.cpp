@@ -16,6 +16,7 @@ namespace {
 
 using customop::AutocastPolicy;
 using customop::testing::error_message;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 struct PairArgs {
@@ -36,6 +37,13 @@ customop::Op<PairArgs>& pair_op(AutocastPolicy policy) {
                   p.a.scalar_type(), ", but got ", p.b.scalar_type());
       return p.a * p.b;
     });
+    op.impl_autograd(
+        [](const PairArgs& p, const at::Tensor&) {
+          return PairArgs{p.a, p.b};
+        },
+        [](const PairArgs& s, const at::Tensor& g) {
+          return customop::Grads{{"a", g * s.b}, {"b", g * s.a}};
+        });
     op.autocast(policy);
     slot = &op;
   }
@@ -114,8 +122,9 @@ TEST(Autocast, RefuseNamesTheOpAndWhereItWasDeclared) {
   EXPECT_THAT(error_message([&] {
                 op(PairArgs{a, a});
               }),
-              HasSubstr("core_autocast::mul_refuse: refuses to run under autocast (cpu), as "
-                        "declared at autocast_test.cpp:"));
+              AllOf(HasSubstr("core_autocast::mul_refuse: refuses to run under autocast (cpu), "
+                              "as declared at "),
+                    HasSubstr("autocast_test.cpp:"), HasSubstr("(AutocastPolicy::kRefuse)")));
 }
 
 TEST(Autocast, OutsideAutocastMixedDtypesStillReachTheKernelsCheck) {
@@ -130,8 +139,9 @@ TEST(Autocast, OutsideAutocastMixedDtypesStillReachTheKernelsCheck) {
 TEST(Autocast, ASecondDeclarationIsRefusedNamingBoth) {
   auto& op = pair_op(AutocastPolicy::kPromote);
   EXPECT_THAT(error_message([&] { op.autocast(AutocastPolicy::kFloat32); }),
-              HasSubstr("core_autocast::mul_promote: an autocast policy (promote) is already "
-                        "declared at autocast_test.cpp:"));
+              AllOf(HasSubstr("core_autocast::mul_promote: an autocast policy (promote) is "
+                              "already declared at "),
+                    HasSubstr("autocast_test.cpp:"), HasSubstr("is refused")));
 }
 
 TEST(Autocast, AnOpWithoutAPolicySeesTheDtypesItIsGiven) {
