@@ -90,9 +90,7 @@ void OpCore::autocast_kernel(const c10::OperatorHandle& h, c10::DeviceType devic
     for_each_tensor(*stack, n, [&](const at::Tensor& t) {
       if (eligible(t)) {
         const auto d = t.scalar_type();
-        if (!widest) {
-          widest = d;
-        } else if (width(d) > width(*widest)) {
+        if (!widest || width(d) > width(*widest)) {
           widest = d;
         } else if (width(d) == width(*widest) && d != *widest) {
           widest = at::kFloat;  // float16 beside bfloat16: neither holds the other
