@@ -122,6 +122,8 @@ void OpCore::set_autocast(AutocastPolicy policy, std::source_location loc) {
                 "); the autocast policy at ", format_location(loc), " is refused");
   }
   autocast_loc_ = loc;
+  // Published before the kernel exists: a call under autocast never reads "no policy".
+  autocast_policy_.store(static_cast<int>(policy), std::memory_order_release);
   auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns_, std::nullopt,
                                               loc.file_name(), loc.line());
   const std::string unqualified = name_.substr(name_.find("::") + 2);
@@ -132,7 +134,6 @@ void OpCore::set_autocast(AutocastPolicy policy, std::source_location loc) {
                                                   std::make_unique<AutocastKernel>(this, device))));
   }
   libraries_.push_back(std::move(lib));
-  autocast_policy_.store(static_cast<int>(policy), std::memory_order_release);
 }
 
 std::optional<AutocastPolicy> OpCore::autocast_policy() const {
