@@ -209,9 +209,7 @@ void compare_cuda_with_cpu(const BoxedFunction& fn, const torch::jit::Stack& arg
 void check_step(const std::string& name, const std::vector<detail::Slot>& slots,
                 const std::vector<at::Tensor>& point, double eps) {
   for (std::size_t j = 0; j < point.size(); ++j) {
-    if (point[j].numel() == 0) continue;
-    const at::Tensor a = point[j].detach().abs().to(at::kCPU, at::kDouble);
-    const double largest = at::where(at::isfinite(a), a, at::zeros_like(a)).max().item<double>();
+    const double largest = detail::largest_finite_abs(point[j]);
     const double smallest_step = 100 * std::ldexp(1.0, -53) * largest;
     TORCH_CHECK_VALUE(eps >= smallest_step, name, ": eps = ", eps, " is too small for input ", j,
                       " ('", slots[j].name, "'), whose largest |element| is ", largest,
@@ -304,8 +302,7 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
     std::vector<at::Tensor> point2 = point;
     for (auto o : c.diff) {
       const auto& y = c.outputs[o];
-      at::Tensor go = at::rand(y.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
-      point2.push_back(go.to(y.options().requires_grad(false)));
+      point2.push_back(detail::random_grad_output(y, gen));
     }
     // gradgradcheck's checks: the Jacobian (with reentrancy and grad metadata) of the grads.
     GradcheckOptions second = options;

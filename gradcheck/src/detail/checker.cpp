@@ -457,9 +457,7 @@ class Checker {
   void check_reentrancy_dense() {
     for (std::size_t i = 0; i < num_outputs_; ++i) {
       const auto& y = diff_outputs_[i];
-      const at::Tensor g =
-          (at::rand(y.sizes(), gen_, at::TensorOptions().dtype(at::kDouble)) * 2 - 1)
-              .to(y.options().requires_grad(false));
+      const at::Tensor g = random_grad_output(y, gen_);
       const auto g1 = vjp({y}, {g}, c_.leaves, result_.counts);
       const auto g2 = vjp({y}, {g}, c_.leaves, result_.counts);
       note_grad_metadata(g1);

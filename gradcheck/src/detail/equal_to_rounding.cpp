@@ -29,10 +29,7 @@ RoundingScale rounding_scale(const std::vector<at::Tensor>& leaves) {
   int64_t k = 1;
   for (const auto& l : leaves) {
     k = std::max<int64_t>(k, l.numel());
-    if (l.numel() == 0) continue;
-    const at::Tensor a = l.detach().abs().to(at::kDouble);
-    const at::Tensor finite = at::where(at::isfinite(a), a, at::zeros_like(a));
-    rs.input = std::max(rs.input, finite.max().item<double>());
+    rs.input = std::max(rs.input, largest_finite_abs(l));
   }
   rs.reduction = 4 + std::sqrt(static_cast<double>(k));
   return rs;

@@ -180,6 +180,17 @@ at::Tensor clone_like(const at::Tensor& t, std::optional<c10::ScalarType> dtype)
   return out;
 }
 
+at::Tensor random_grad_output(const at::Tensor& y, at::Generator& gen) {
+  return (at::rand(y.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1)
+      .to(y.options().requires_grad(false));
+}
+
+double largest_finite_abs(const at::Tensor& t) {
+  if (t.numel() == 0) return 0.0;
+  const at::Tensor a = t.detach().abs().to(at::kCPU, at::kDouble);
+  return at::where(at::isfinite(a), a, at::zeros_like(a)).max().item<double>();
+}
+
 std::string format_sizes(c10::IntArrayRef sizes) {
   std::ostringstream os;
   os << "[";

@@ -65,6 +65,14 @@ std::vector<at::Tensor> flatten_returns(const torch::jit::Stack& returns);
 /// the same memory layout), on the same device, of `dtype` (default: t's).
 at::Tensor clone_like(const at::Tensor& t, std::optional<c10::ScalarType> dtype = std::nullopt);
 
+/// A seeded dense grad_output for `y`: uniform in [-1, 1], drawn in float64 from `gen`, then
+/// of y's shape, dtype and device, not requiring grad. (A one-hot grad_output would leave most
+/// of a reduction's paths unused.)
+at::Tensor random_grad_output(const at::Tensor& y, at::Generator& gen);
+
+/// max |t| over the finite elements of `t` (any dtype, device), 0 when it has none.
+double largest_finite_abs(const at::Tensor& t);
+
 /// "[2, 3]".
 std::string format_sizes(c10::IntArrayRef sizes);
 /// Index `flat` (row-major over `sizes`) as "[1, 2]" and as a vector.

@@ -25,8 +25,7 @@ class SubsetCheck {
     for (auto o : c_.diff) {
       const auto& y = c_.outputs[o];
       ys_.push_back(y);
-      gs_.push_back((at::rand(y.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1)
-                        .to(y.options().requires_grad(false)));
+      gs_.push_back(random_grad_output(y, gen));
     }
   }
 

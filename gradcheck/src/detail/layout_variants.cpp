@@ -65,9 +65,7 @@ class LayoutCheck {
     for (auto o : c_.diff) {
       const auto& y = c_.outputs[o];
       ys_.push_back(y);
-      const at::Tensor g =
-          at::rand(y.sizes(), gen_, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
-      gs_.push_back(g.to(y.options().requires_grad(false)));
+      gs_.push_back(random_grad_output(y, gen_));
     }
     try {
       want_grads_ = vjp(ys_, gs_, c_.leaves, r_.layout_counts);
