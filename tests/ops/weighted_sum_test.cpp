@@ -178,9 +178,10 @@ TEST(WeightedSumErrors, EmptyList) {
 }
 
 TEST(WeightedSumErrors, InputDtype) {
-  EXPECT_THAT(error_message([] { weighted_sum({at::ones({2}, at::kInt)}, {1.0}); }),
-              HasSubstr("weighted_sum: inputs[0] must be float32 or float64 on CPU (float16 and "
-                        "bfloat16 only on CUDA), but got int32"));
+  EXPECT_THAT(
+      error_message([] { weighted_sum({at::ones({2}, at::kInt)}, {1.0}); }),
+      HasSubstr(
+          "weighted_sum: inputs[0] must be float16, bfloat16, float32 or float64, but got int32"));
 }
 
 TEST(WeightedSumErrors, MixedDtypes) {

@@ -67,8 +67,12 @@ def test_without_autocast_mixed_dtypes_still_name_the_op_and_both_arguments():
     with pytest.raises(TypeError, match=r"rms_norm: weight must have the dtype of input \(float64\), "
                                         r"but got float32"):
         ops.rms_norm(x.double(), norm_w, 1e-6)
-    with pytest.raises(TypeError, match="rms_norm: input must be float32 or float64 on CPU"):
-        ops.rms_norm(x.to(BF16), norm_w.to(BF16), 1e-6)  # the bfloat16 CPU kernel: not yet
+    h = torch.nn.functional.linear(x, lin_w)  # [4, 8], as the ops get it in the model
+    with pytest.raises(TypeError, match=r"bias_gelu: bias must have the dtype of input \(bfloat16\), "
+                                        r"but got float32"):
+        ops.bias_gelu(h.to(BF16), bias, "none")
+    # All in bfloat16, no autocast: the bfloat16 CPU kernel, in bfloat16 out.
+    assert ops.rms_norm(h.to(BF16), norm_w.to(BF16), 1e-6).dtype == BF16
 
 
 def test_torch_compile_fullgraph_under_autocast_matches_eager():

@@ -33,7 +33,10 @@ inline void PrintTo(const DeviceDtype& p, std::ostream* os) {
 }
 
 inline std::vector<DeviceDtype> cpu_params() {
-  return {{c10::DeviceType::CPU, at::kFloat}, {c10::DeviceType::CPU, at::kDouble}};
+  return {{c10::DeviceType::CPU, at::kFloat},
+          {c10::DeviceType::CPU, at::kDouble},
+          {c10::DeviceType::CPU, at::kHalf},
+          {c10::DeviceType::CPU, at::kBFloat16}};
 }
 
 inline std::vector<DeviceDtype> cuda_params() {

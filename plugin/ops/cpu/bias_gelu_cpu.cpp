@@ -4,6 +4,7 @@
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -23,7 +24,7 @@ struct BiasGeluCpuParams {
   int64_t rows;           // N, every leading dim folded in
   int64_t cols;           // D
   bool tanh;              // false: exact erf form; true: tanh approximation
-  c10::ScalarType dtype;  // kFloat or kDouble (computes in the same type)
+  c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (computes in acc_t)
 };
 
 CUSTOMOP_CPU_DECLARE(void bias_gelu_kernel(const BiasGeluCpuParams& p))
@@ -46,20 +47,21 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
   }
 }
 
-// y[0, n) = gelu(x[0, n) + b[0, n)): a piece of one row.
+// y[0, n) = gelu(x[0, n) + b[0, n)): a piece of one row, computed in acc_t<T> (float16 and
+// bfloat16 are widened as read; x + b is not rounded to T before the gelu, y is rounded once).
 template <class T, bool kTanh>
 void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
-  using Vec = at::vec::Vectorized<T>;
-  constexpr int64_t kV = Vec::size();
+  using IO = VecIO<T>;
+  constexpr int64_t kV = IO::kLanes;
   int64_t j = 0;
   for (; j + kV <= n; j += kV) {
-    gelu<T, kTanh>(Vec::loadu(x + j) + Vec::loadu(b + j)).store(y + j);
+    IO::store(gelu<acc_t<T>, kTanh>(IO::load(x + j) + IO::load(b + j)), y + j);
   }
   if (j < n) {
     // NB: the tail goes through the same vector code, so an element's result does not
     // depend on where it falls in a row.
-    const int r = static_cast<int>(n - j);
-    gelu<T, kTanh>(Vec::loadu(x + j, r) + Vec::loadu(b + j, r)).store(y + j, r);
+    const int64_t r = n - j;
+    IO::store(gelu<acc_t<T>, kTanh>(IO::load(x + j, r) + IO::load(b + j, r)), y + j, r);
   }
 }
 

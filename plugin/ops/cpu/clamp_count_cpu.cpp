@@ -4,6 +4,7 @@
 // instruction set, cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/ScalarType.h>
@@ -20,7 +21,7 @@ struct ClampCountCpuParams {
   int64_t numel;          // elements
   double min;             // lower bound (rounded to dtype here)
   double max;             // upper bound (rounded to dtype here), >= min
-  c10::ScalarType dtype;  // kFloat or kDouble
+  c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
 };
 
 CUSTOMOP_CPU_DECLARE(int64_t clamp_count_kernel(const ClampCountCpuParams& p))
@@ -28,13 +29,19 @@ CUSTOMOP_CPU_DECLARE(int64_t clamp_count_kernel(const ClampCountCpuParams& p))
 namespace CUSTOMOP_CPU_CAPABILITY {
 namespace {
 
+// Compares in A = acc_t<T> (widening float16/bfloat16 is exact); lo and hi are already
+// values of T, so an output is always x, lo or hi.
 template <class T>
 int64_t clamp_chunk(const T* x, T* y, int64_t n, T lo, T hi) {
+  using A = acc_t<T>;
+  const A lo_a = static_cast<A>(lo);
+  const A hi_a = static_cast<A>(hi);
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     const T v = x[i];
-    const bool below = v < lo;
-    const bool above = v > hi;
+    const A va = static_cast<A>(v);
+    const bool below = va < lo_a;
+    const bool above = va > hi_a;
     y[i] = below ? lo : (above ? hi : v);  // NaN compares false both ways and stays NaN
     count += static_cast<int64_t>(below | above);
   }

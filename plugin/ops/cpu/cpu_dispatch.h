@@ -9,6 +9,8 @@
 // the part of a kernel file the AVX builds see: they would run on CPUs without AVX.
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -28,13 +30,19 @@ enum class Capability { kDefault, kAvx2, kAvx512 };
 Capability capability();
 
 /// The dtype switch of every CPU kernel, written once: returns
-/// fn(std::type_identity<T>{}) with T = double for kDouble, else float (the ops' checks let
-/// only float32 and float64 reach a CPU kernel).
+/// fn(std::type_identity<T>{}) with T = double, float, c10::Half or c10::BFloat16 for kDouble,
+/// kFloat, kHalf and kBFloat16 (the ops' checks let only these reach a CPU kernel; any other
+/// dtype is taken as float). A kernel computes in acc_t<T> (cpu/vec_io.h).
 ///   dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
 template <class Fn>
 decltype(auto) dispatch_floating(c10::ScalarType dtype, Fn&& fn) {
-  if (dtype == c10::ScalarType::Double) return std::forward<Fn>(fn)(std::type_identity<double>{});
-  return std::forward<Fn>(fn)(std::type_identity<float>{});
+  switch (dtype) {
+    case c10::ScalarType::Double: return std::forward<Fn>(fn)(std::type_identity<double>{});
+    case c10::ScalarType::Half: return std::forward<Fn>(fn)(std::type_identity<c10::Half>{});
+    case c10::ScalarType::BFloat16:
+      return std::forward<Fn>(fn)(std::type_identity<c10::BFloat16>{});
+    default: return std::forward<Fn>(fn)(std::type_identity<float>{});
+  }
 }
 
 }  // namespace customop::ops::cpu

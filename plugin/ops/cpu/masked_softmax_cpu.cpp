@@ -3,9 +3,11 @@
 // masked) and summing it, one scaling by 1 / sum; the row stays in cache between passes.
 // inner > 1: the same three passes over a [size, inner] block with per-column running max
 // and sum, reading along inner. Rows / column chunks are spread with at::parallel_for.
+// float16/bfloat16 compute in float32 (max, exp, sum, scale) and round y once.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -29,7 +31,7 @@ struct MaskedSoftmaxCpuParams {
   int64_t outer;          // product of the dims before dim
   int64_t size;           // length of dim
   int64_t inner;          // product of the dims after dim
-  c10::ScalarType dtype;  // kFloat or kDouble (computes in the same type)
+  c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (computes in acc_t)
 };
 
 CUSTOMOP_CPU_DECLARE(void masked_softmax_kernel(const MaskedSoftmaxCpuParams& p))
@@ -83,11 +85,21 @@ inline at::vec::Vectorized<T> keep_lanes(const uint8_t* m, int64_t n) {
   return Vec::loadu(flags) != Vec(T(0));
 }
 
+// One row of n elements, computed in A = acc_t<T>. exp(x - max) is kept in `e` (y itself
+// when A is T; for float16/bfloat16 a float32 row, so y is rounded once, after the scaling).
 template <class T>
-void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
-  using Vec = at::vec::Vectorized<T>;
-  constexpr int64_t kV = Vec::size();
-  const T ninf = -std::numeric_limits<T>::infinity();
+void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n, acc_t<T>* scratch) {
+  using IO = VecIO<T>;
+  using A = acc_t<T>;
+  using Vec = typename IO::Vec;
+  constexpr int64_t kV = IO::kLanes;
+  const A ninf = -std::numeric_limits<A>::infinity();
+  A* e_row = nullptr;
+  if constexpr (kReduced<T>) {
+    e_row = scratch;
+  } else {
+    e_row = y;
+  }
 
   // NB: a fully masked row gives zeros, not the NaN of exp(-inf - -inf).
   const bool any = m == nullptr ? n > 0 : std::any_of(m, m + n, [](uint8_t b) { return b != 0; });
@@ -101,70 +113,68 @@ void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n) {
   for (int64_t j = 0; j < n; j += kV) {
     const int64_t r = std::min(kV, n - j);
     if (m == nullptr && r == kV) {
-      vmax = at::vec::maximum(vmax, Vec::loadu(x + j));
+      vmax = at::vec::maximum(vmax, IO::load(x + j));
     } else {
-      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r);
-      const Vec xv = Vec::loadu(x + j, static_cast<int>(r));
-      vmax = at::vec::maximum(vmax, Vec::blendv(Vec(ninf), xv, keep));
+      const Vec keep = keep_lanes<A>(m == nullptr ? nullptr : m + j, r);
+      vmax = at::vec::maximum(vmax, Vec::blendv(Vec(ninf), IO::load(x + j, r), keep));
     }
   }
-  alignas(64) T lanes[kV];
+  alignas(64) A lanes[kV];
   vmax.store(lanes);
-  T mx = ninf;
+  A mx = ninf;
   for (int64_t l = 0; l < kV; ++l) mx = nan_max(mx, lanes[l]);
 
   // Pass 2: e = exp(x - max) where kept, 0 elsewhere; sum(e).
   const Vec vm(mx);
-  Vec vsum(T(0));
+  Vec vsum(A(0));
   for (int64_t j = 0; j < n; j += kV) {
     const int64_t r = std::min(kV, n - j);
     if (m == nullptr && r == kV) {
-      const Vec e = (Vec::loadu(x + j) - vm).exp();
+      const Vec e = (IO::load(x + j) - vm).exp();
       vsum = vsum + e;
-      e.store(y + j);
+      e.store(e_row + j);
     } else {
-      const Vec keep = keep_lanes<T>(m == nullptr ? nullptr : m + j, r);
-      const Vec e =
-          Vec::blendv(Vec(T(0)), (Vec::loadu(x + j, static_cast<int>(r)) - vm).exp(), keep);
+      const Vec keep = keep_lanes<A>(m == nullptr ? nullptr : m + j, r);
+      const Vec e = Vec::blendv(Vec(A(0)), (IO::load(x + j, r) - vm).exp(), keep);
       vsum = vsum + e;
-      e.store(y + j, static_cast<int>(r));
+      e.store(e_row + j, static_cast<int>(r));
     }
   }
   vsum.store(lanes);
-  T sum = 0;
+  A sum = 0;
   for (int64_t l = 0; l < kV; ++l) sum += lanes[l];
 
   // Pass 3: normalise.
   // NB: a NaN among the kept elements makes the sum NaN, and 0 * NaN would turn the masked
   // zeros into NaN; such a row (rare) is scaled element by element, masked ones kept at 0.
   if (m != nullptr && std::isnan(sum)) {
-    for (int64_t k = 0; k < n; ++k) y[k] = m[k] != 0 ? y[k] / sum : T(0);
+    for (int64_t k = 0; k < n; ++k) y[k] = m[k] != 0 ? static_cast<T>(e_row[k] / sum) : T(0);
     return;
   }
-  const Vec inv(T(1) / sum);
+  const Vec inv(A(1) / sum);
   int64_t j = 0;
-  for (; j + kV <= n; j += kV) (Vec::loadu(y + j) * inv).store(y + j);
-  if (j < n) {
-    const int r = static_cast<int>(n - j);
-    (Vec::loadu(y + j, r) * inv).store(y + j, r);
-  }
+  for (; j + kV <= n; j += kV) IO::store(Vec::loadu(e_row + j) * inv, y + j);
+  if (j < n) IO::store(Vec::loadu(e_row + j, static_cast<int>(n - j)) * inv, y + j, n - j);
 }
 
-// Columns [i0, i1) of outer index o for inner > 1: running max / sum per column.
+// Columns [i0, i1) of outer index o for inner > 1: running max / sum per column, in
+// A = acc_t<T>. float16/bfloat16 recompute exp(x - max) in the last pass rather than round
+// it to T in between.
 template <class T>
 void softmax_columns(const T* x, const uint8_t* m, T* y, int64_t o, int64_t i0, int64_t i1,
                      int64_t size, int64_t inner) {
+  using A = acc_t<T>;
   const int64_t w = i1 - i0;
-  const T ninf = -std::numeric_limits<T>::infinity();
-  std::vector<T> mx(static_cast<size_t>(w), ninf);
-  std::vector<T> sum(static_cast<size_t>(w), T(0));
+  const A ninf = -std::numeric_limits<A>::infinity();
+  std::vector<A> mx(static_cast<size_t>(w), ninf);
+  std::vector<A> sum(static_cast<size_t>(w), A(0));
   std::vector<uint8_t> any(static_cast<size_t>(w), 0);
   const int64_t base = o * size * inner + i0;
   for (int64_t s = 0; s < size; ++s) {
     const int64_t row = base + s * inner;
     for (int64_t i = 0; i < w; ++i) {
       if (m == nullptr || m[row + i] != 0) {
-        mx[i] = nan_max(mx[i], x[row + i]);
+        mx[i] = nan_max(mx[i], static_cast<A>(x[row + i]));
         any[i] = 1;
       }
     }
@@ -173,16 +183,22 @@ void softmax_columns(const T* x, const uint8_t* m, T* y, int64_t o, int64_t i0, 
     const int64_t row = base + s * inner;
     for (int64_t i = 0; i < w; ++i) {
       const bool keep = m == nullptr || m[row + i] != 0;
-      const T e = keep ? std::exp(x[row + i] - mx[i]) : T(0);
-      y[row + i] = e;
+      const A e = keep ? std::exp(static_cast<A>(x[row + i]) - mx[i]) : A(0);
+      if constexpr (!kReduced<T>) y[row + i] = e;
       sum[i] += e;
     }
   }
-  for (int64_t i = 0; i < w; ++i) sum[i] = any[i] ? T(1) / sum[i] : T(0);
+  for (int64_t i = 0; i < w; ++i) sum[i] = any[i] ? A(1) / sum[i] : A(0);
   for (int64_t s = 0; s < size; ++s) {
     const int64_t row = base + s * inner;
     for (int64_t i = 0; i < w; ++i) {
-      y[row + i] = (m == nullptr || m[row + i] != 0) ? y[row + i] * sum[i] : T(0);
+      const bool keep = m == nullptr || m[row + i] != 0;
+      if constexpr (kReduced<T>) {
+        y[row + i] =
+            keep ? static_cast<T>(std::exp(static_cast<A>(x[row + i]) - mx[i]) * sum[i]) : T(0);
+      } else {
+        y[row + i] = keep ? y[row + i] * sum[i] : T(0);
+      }
     }
   }
 }
@@ -194,9 +210,10 @@ void run(const MaskedSoftmaxCpuParams& p) {
   const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(p.size, 1));
   if (p.inner == 1) {
     at::parallel_for(0, p.outer, grain, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t<T>> scratch(kReduced<T> ? static_cast<size_t>(p.size) : 0);
       for (int64_t row = begin; row < end; ++row) {
         softmax_row<T>(x + row * p.size, p.mask == nullptr ? nullptr : p.mask + row * p.size,
-                       y + row * p.size, p.size);
+                       y + row * p.size, p.size, scratch.data());
       }
     });
     return;

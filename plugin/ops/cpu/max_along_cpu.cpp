@@ -6,6 +6,7 @@
 // (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -25,7 +26,7 @@ struct MaxAlongCpuParams {
   int64_t outer;          // product of the dims before dim
   int64_t size;           // length of dim, > 0
   int64_t inner;          // product of the dims after dim
-  c10::ScalarType dtype;  // kFloat or kDouble
+  c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
 };
 
 CUSTOMOP_CPU_DECLARE(void max_along_kernel(const MaxAlongCpuParams& p))
@@ -34,41 +35,45 @@ namespace CUSTOMOP_CPU_CAPABILITY {
 namespace {
 
 // True when v replaces the running max m: larger, or the first NaN.
-template <class T>
-inline bool takes_over(T v, T m) {
+template <class A>
+inline bool takes_over(A v, A m) {
   return !std::isnan(m) && (v > m || std::isnan(v));
 }
 
 // Two passes over a row (it stays in cache): the vectorized max (at::vec::maximum keeps NaN),
-// then the first position holding it, found with vector compares.
+// then the first position holding it, found with vector compares. Compares in A = acc_t<T>:
+// widening float16/bfloat16 to float32 is exact, so the max and its position are those of T.
 template <class T>
 void max_rows(const T* x, T* values, int64_t* indices, int64_t begin, int64_t end, int64_t size) {
-  using Vec = at::vec::Vectorized<T>;
-  constexpr int64_t kV = Vec::size();
+  using IO = VecIO<T>;
+  using A = acc_t<T>;
+  using Vec = typename IO::Vec;
+  constexpr int64_t kV = IO::kLanes;
   constexpr int kAllFalse = (1 << kV) - 1;  // zero_mask() of a compare with no true lane
+  auto at_ = [](const T* p, int64_t i) { return static_cast<A>(p[i]); };
   for (int64_t row = begin; row < end; ++row) {
     const T* xr = x + row * size;
-    T m = xr[0];
+    A m = at_(xr, 0);
     int64_t s = 0;
     if (size >= kV) {
-      Vec vmax = Vec::loadu(xr);
-      for (s = kV; s + kV <= size; s += kV) vmax = at::vec::maximum(vmax, Vec::loadu(xr + s));
-      alignas(64) T lanes[kV];
+      Vec vmax = IO::load(xr);
+      for (s = kV; s + kV <= size; s += kV) vmax = at::vec::maximum(vmax, IO::load(xr + s));
+      alignas(64) A lanes[kV];
       vmax.store(lanes);
       for (int64_t l = 0; l < kV; ++l) m = std::isnan(m) || m >= lanes[l] ? m : lanes[l];
     }
-    for (; s < size; ++s) m = std::isnan(m) || m >= xr[s] ? m : xr[s];
+    for (; s < size; ++s) m = std::isnan(m) || m >= at_(xr, s) ? m : at_(xr, s);
 
     int64_t at = 0;
     if (std::isnan(m)) {
-      while (!std::isnan(xr[at])) ++at;
+      while (!std::isnan(at_(xr, at))) ++at;
     } else {
       // NB: compare with == so -0.0 and 0.0 tie, as `>` in torch.max does.
       const Vec vm(m);
       int64_t j = 0;
-      while (j + kV <= size && (Vec::loadu(xr + j) == vm).zero_mask() == kAllFalse) j += kV;
+      while (j + kV <= size && (IO::load(xr + j) == vm).zero_mask() == kAllFalse) j += kV;
       at = j;
-      while (xr[at] != m) ++at;
+      while (at_(xr, at) != m) ++at;
     }
     values[row] = xr[at];
     indices[row] = at;
@@ -79,6 +84,7 @@ void max_rows(const T* x, T* values, int64_t* indices, int64_t begin, int64_t en
 template <class T>
 void max_columns(const T* x, T* values, int64_t* indices, int64_t o, int64_t i0, int64_t i1,
                  int64_t size, int64_t inner) {
+  using A = acc_t<T>;
   const T* xo = x + o * size * inner;
   T* v = values + o * inner;
   int64_t* idx = indices + o * inner;
@@ -89,7 +95,7 @@ void max_columns(const T* x, T* values, int64_t* indices, int64_t o, int64_t i0,
   for (int64_t s = 1; s < size; ++s) {
     const T* xs = xo + s * inner;
     for (int64_t i = i0; i < i1; ++i) {
-      if (takes_over(xs[i], v[i])) {
+      if (takes_over(static_cast<A>(xs[i]), static_cast<A>(v[i]))) {
         v[i] = xs[i];
         idx[i] = s;
       }

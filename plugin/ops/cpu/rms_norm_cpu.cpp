@@ -1,8 +1,11 @@
 // CPU kernel of customop::rms_norm: one pass over each row for sum(x^2), one to write
 // y = (x * r) * w, vectorized (at::vec::Vectorized), rows spread with at::parallel_for.
+// float16/bfloat16 rows are widened to float32 as they are read (cpu/vec_io.h): sum(x^2), r
+// and the products are float32, y is rounded once.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -22,7 +25,7 @@ struct RmsNormCpuParams {
   int64_t rows;           // N, every leading dim folded in
   int64_t cols;           // D
   double eps;             // added to mean(x^2)
-  c10::ScalarType dtype;  // kFloat or kDouble (accumulates in the same type)
+  c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (accumulates in acc_t)
 };
 
 CUSTOMOP_CPU_DECLARE(void rms_norm_kernel(const RmsNormCpuParams& p))
@@ -30,47 +33,51 @@ CUSTOMOP_CPU_DECLARE(void rms_norm_kernel(const RmsNormCpuParams& p))
 namespace CUSTOMOP_CPU_CAPABILITY {
 namespace {
 
+// Computes in A = acc_t<T> (float32 for float16/bfloat16 storage): sum(x^2), its rsqrt and
+// (x * r) * w; only y is rounded to T.
 template <class T>
-void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int64_t d, T eps) {
-  using Vec = at::vec::Vectorized<T>;
-  constexpr int64_t kV = Vec::size();
+void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int64_t d,
+                   acc_t<T> eps) {
+  using IO = VecIO<T>;
+  using A = acc_t<T>;
+  using Vec = typename IO::Vec;
+  constexpr int64_t kV = IO::kLanes;
   for (int64_t row = begin; row < end; ++row) {
     const T* xr = x + row * d;
     T* yr = y + row * d;
     // Four accumulators keep the FMA pipes busy and shorten the dependency chain.
-    Vec acc0(T(0)), acc1(T(0)), acc2(T(0)), acc3(T(0));
+    Vec acc0(A(0)), acc1(A(0)), acc2(A(0)), acc3(A(0));
     int64_t j = 0;
     for (; j + 4 * kV <= d; j += 4 * kV) {
-      const Vec a0 = Vec::loadu(xr + j), a1 = Vec::loadu(xr + j + kV);
-      const Vec a2 = Vec::loadu(xr + j + 2 * kV), a3 = Vec::loadu(xr + j + 3 * kV);
+      const Vec a0 = IO::load(xr + j), a1 = IO::load(xr + j + kV);
+      const Vec a2 = IO::load(xr + j + 2 * kV), a3 = IO::load(xr + j + 3 * kV);
       acc0 = at::vec::fmadd(a0, a0, acc0);
       acc1 = at::vec::fmadd(a1, a1, acc1);
       acc2 = at::vec::fmadd(a2, a2, acc2);
       acc3 = at::vec::fmadd(a3, a3, acc3);
     }
     for (; j + kV <= d; j += kV) {
-      const Vec a = Vec::loadu(xr + j);
+      const Vec a = IO::load(xr + j);
       acc0 = at::vec::fmadd(a, a, acc0);
     }
     if (j < d) {
-      const Vec a = Vec::loadu(xr + j, static_cast<int>(d - j));  // zero-filled tail
+      const Vec a = IO::load(xr + j, d - j);  // zero-filled tail
       acc1 = at::vec::fmadd(a, a, acc1);
     }
-    alignas(64) T lanes[kV];
+    alignas(64) A lanes[kV];
     ((acc0 + acc1) + (acc2 + acc3)).store(lanes);
-    T sum_sq = 0;
+    A sum_sq = 0;
     for (int64_t l = 0; l < kV; ++l) sum_sq += lanes[l];
-    const T r = T(1) / std::sqrt(sum_sq / static_cast<T>(d) + eps);
+    const A r = A(1) / std::sqrt(sum_sq / static_cast<A>(d) + eps);
 
     // NB: (x * r) * w, in this order, rounds as ATen's rms_norm does.
     const Vec rv(r);
     j = 0;
     for (; j + kV <= d; j += kV) {
-      (Vec::loadu(xr + j) * rv * Vec::loadu(w + j)).store(yr + j);
+      IO::store(IO::load(xr + j) * rv * IO::load(w + j), yr + j);
     }
     if (j < d) {
-      const int n = static_cast<int>(d - j);
-      (Vec::loadu(xr + j, n) * rv * Vec::loadu(w + j, n)).store(yr + j, n);
+      IO::store(IO::load(xr + j, d - j) * rv * IO::load(w + j, d - j), yr + j, d - j);
     }
   }
 }
@@ -82,7 +89,7 @@ void run(const RmsNormCpuParams& p) {
   T* y = static_cast<T*>(p.output);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(p.cols, 1));
   at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
-    rms_norm_rows<T>(x, w, y, begin, end, p.cols, static_cast<T>(p.eps));
+    rms_norm_rows<T>(x, w, y, begin, end, p.cols, static_cast<acc_t<T>>(p.eps));
   });
 }
 

@@ -4,6 +4,7 @@
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -21,7 +22,7 @@ struct WeightedSumCpuParams {
   void* output;               // numel elements, freshly allocated
   int64_t k;                  // K >= 1
   int64_t numel;              // elements per tensor
-  c10::ScalarType dtype;      // kFloat or kDouble (accumulates in the same type)
+  c10::ScalarType dtype;      // kDouble, kFloat, kHalf, kBFloat16 (accumulates in acc_t)
 };
 
 CUSTOMOP_CPU_DECLARE(void weighted_sum_kernel(const WeightedSumCpuParams& p))
@@ -32,30 +33,45 @@ namespace {
 // Elements of one block: 16 KiB of float32 stays in L1 next to the input stream.
 constexpr int64_t kBlock = 4096;
 
+// y[0, n) = sum_i w_i * x_i[begin, begin + n), accumulated in A = acc_t<T>: in y itself when A
+// is T, else (float16/bfloat16) in a float32 block that is rounded to T once at the end.
 template <class T>
 void weighted_sum_block(const T* const* x, const double* w, int64_t k, T* y, int64_t begin,
                         int64_t n) {
-  using Vec = at::vec::Vectorized<T>;
-  constexpr int64_t kV = Vec::size();
+  using IO = VecIO<T>;
+  using A = acc_t<T>;
+  using Vec = typename IO::Vec;
+  constexpr int64_t kV = IO::kLanes;
+  alignas(64) A scratch[kReduced<T> ? kBlock : 1];
+  A* acc = nullptr;
+  if constexpr (kReduced<T>) {
+    acc = scratch;
+  } else {
+    acc = y;
+  }
   const int64_t full = n - n % kV;
   {
-    const Vec w0(static_cast<T>(w[0]));
+    const Vec w0(static_cast<A>(w[0]));
     const T* x0 = x[0] + begin;
     int64_t j = 0;
-    for (; j < full; j += kV) (Vec::loadu(x0 + j) * w0).store(y + j);
-    if (j < n)
-      (Vec::loadu(x0 + j, static_cast<int>(n - j)) * w0).store(y + j, static_cast<int>(n - j));
+    for (; j < full; j += kV) (IO::load(x0 + j) * w0).store(acc + j);
+    if (j < n) (IO::load(x0 + j, n - j) * w0).store(acc + j, static_cast<int>(n - j));
   }
   for (int64_t i = 1; i < k; ++i) {
-    const Vec wi(static_cast<T>(w[i]));
+    const Vec wi(static_cast<A>(w[i]));
     const T* xi = x[i] + begin;
     int64_t j = 0;
     for (; j < full; j += kV)
-      at::vec::fmadd(Vec::loadu(xi + j), wi, Vec::loadu(y + j)).store(y + j);
+      at::vec::fmadd(IO::load(xi + j), wi, Vec::loadu(acc + j)).store(acc + j);
     if (j < n) {
       const int r = static_cast<int>(n - j);
-      at::vec::fmadd(Vec::loadu(xi + j, r), wi, Vec::loadu(y + j, r)).store(y + j, r);
+      at::vec::fmadd(IO::load(xi + j, r), wi, Vec::loadu(acc + j, r)).store(acc + j, r);
     }
+  }
+  if constexpr (kReduced<T>) {
+    int64_t j = 0;
+    for (; j < full; j += kV) IO::store(Vec::loadu(acc + j), y + j);
+    if (j < n) IO::store(Vec::loadu(acc + j, static_cast<int>(n - j)), y + j, n - j);
   }
 }
 

@@ -15,19 +15,13 @@ void check_same_device(const char* op, const char* arg, const at::Tensor& t, con
               " (", ref.device(), "), but got ", t.device());
 }
 
-void check_floating(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device) {
+void check_floating(const char* op, const char* arg, const at::Tensor& t,
+                    c10::DeviceType /*device*/) {
   const auto st = t.scalar_type();
-  // NB: a fake (Meta) kernel cannot tell which device its FakeTensors stand for; it accepts
-  // the union, and the real kernel refuses what its device lacks.
-  if (device == c10::DeviceType::CUDA || device == c10::DeviceType::Meta) {
-    TORCH_CHECK_TYPE(
-        st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16, op, ": ",
-        arg, " must be float16, bfloat16, float32 or float64, but got ", dtype_name(st));
-  } else {
-    TORCH_CHECK_TYPE(st == at::kFloat || st == at::kDouble, op, ": ", arg,
-                     " must be float32 or float64 on ", c10::DeviceTypeName(device),
-                     " (float16 and bfloat16 only on CUDA), but got ", dtype_name(st));
-  }
+  // NB: every device's kernels take the four (CPU: cpu/vec_io.h; CUDA: cuda_kernels/).
+  TORCH_CHECK_TYPE(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
+                   op, ": ", arg, " must be float16, bfloat16, float32 or float64, but got ",
+                   dtype_name(st));
 }
 
 void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,

@@ -18,9 +18,9 @@ std::string dtype_name(c10::ScalarType dtype);
 void check_same_device(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
                        const at::Tensor& ref);
 
-/// The floating dtypes a kernel of `device` takes: float32 and float64 everywhere, float16
-/// and bfloat16 on CUDA (and Meta, for fake kernels) too. `<op>: <arg> must be float32 or float64
-/// on CPU, but got int64`.
+/// The floating dtypes every kernel takes (CPU, CUDA and fake): float16, bfloat16, float32,
+/// float64. `<op>: <arg> must be float16, bfloat16, float32 or float64, but got int64`.
+/// `device` is kept for a device whose kernels take fewer.
 void check_floating(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device);
 
 /// `<op>: <arg> must have the dtype of <ref_arg> (float32), but got float64`.

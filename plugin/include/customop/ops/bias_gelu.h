@@ -16,7 +16,7 @@ namespace customop::ops {
 /// -> Tensor`.
 struct BiasGeluArgs {
   /// x, shape [..., D] (at least 1-d; any strides), float32 or float64 (CPU and CUDA),
-  /// float16 or bfloat16 (CUDA; computed in float32). Differentiable.
+  /// float16 or bfloat16 (CPU and CUDA; computed in float32, rounded once). Differentiable.
   at::Tensor input;
   /// b, shape [D], the dtype and device of input; added to every row. Differentiable.
   at::Tensor bias;

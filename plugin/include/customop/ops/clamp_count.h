@@ -16,7 +16,7 @@ namespace customop::ops {
 /// -> (Tensor output, Tensor clamped)`.
 struct ClampCountArgs {
   /// x, any shape (0-d included; any strides), float32 or float64 (CPU and CUDA), float16
-  /// or bfloat16 (CUDA). Differentiable.
+  /// or bfloat16 (CPU and CUDA; compared in float32, exact). Differentiable.
   at::Tensor input;
   /// Lower bound, in input's units; rounded to input's dtype (as torch.clamp). No default.
   double min;

@@ -16,7 +16,7 @@ namespace customop::ops {
 /// Arguments of `customop::masked_softmax(Tensor input, Tensor? mask, int dim) -> Tensor`.
 struct MaskedSoftmaxArgs {
   /// x, any shape (0-d included; any strides), float32 or float64 (CPU and CUDA), float16
-  /// or bfloat16 (CUDA; computed in float32). Differentiable.
+  /// or bfloat16 (CPU and CUDA; computed in float32, rounded once). Differentiable.
   at::Tensor input;
   /// Keep-mask, bool, input's shape or broadcastable to it (true = take part, false = output
   /// 0), on input's device; std::nullopt (None) = plain softmax. Gets no gradient.

@@ -16,7 +16,8 @@ namespace customop::ops {
 /// -> (Tensor values, Tensor indices)`.
 struct MaxAlongArgs {
   /// x, any shape (0-d included; any strides) with input.size(dim) > 0; float32 or float64
-  /// (CPU and CUDA), float16 or bfloat16 (CUDA). Differentiable.
+  /// (CPU and CUDA), float16 or bfloat16 (CPU and CUDA; compared in float32, exact).
+  /// Differentiable.
   at::Tensor input;
   /// The dim to reduce, in [-input.dim(), input.dim() - 1] ([-1, 0] for a 0-d input).
   int64_t dim;

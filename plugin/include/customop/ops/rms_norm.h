@@ -13,7 +13,7 @@ namespace customop::ops {
 /// Arguments of `customop::rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor`.
 struct RmsNormArgs {
   /// x, shape [..., D] (at least 1-d; any strides), float32 or float64 (CPU and CUDA),
-  /// float16 or bfloat16 (CUDA; reduced in float32). Differentiable.
+  /// float16 or bfloat16 (CPU and CUDA; reduced in float32, rounded once). Differentiable.
   at::Tensor input;
   /// Per-feature scale w, shape [D], the dtype and device of input. Differentiable.
   at::Tensor weight;

@@ -14,7 +14,7 @@ namespace customop::ops {
 /// Arguments of `customop::weighted_sum(Tensor[] inputs, float[] weights) -> Tensor`.
 struct WeightedSumArgs {
   /// x_1..x_K (K >= 1), all of one shape (any, 0-d included; any strides), dtype and device;
-  /// float32 or float64 (CPU and CUDA), float16 or bfloat16 (CUDA; accumulated in float32).
+  /// float32 or float64 (CPU and CUDA), float16 or bfloat16 (CPU and CUDA; accumulated in float32).
   /// Differentiable.
   std::vector<at::Tensor> inputs;
   /// w_1..w_K, unitless, one per tensor in inputs. No default.

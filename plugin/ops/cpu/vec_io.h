@@ -1,0 +1,78 @@
+#pragma once
+// Loads and stores between a kernel's storage dtype T and its compute dtype acc_t<T>, in
+// vectors of acc_t<T> (at::vec::Vectorized). T = float or double computes in T itself, so a
+// float32/float64 kernel written with these helpers is the plain Vectorized<T> code;
+// T = c10::Half or c10::BFloat16 computes in float32 (at::opmath_type, as ATen's own CPU
+// kernels): each load widens VecIO<T>::kLanes elements to float32, each store rounds float32
+// back to T (round to nearest even). Included by the kernel files of every build
+// (cpu/cpu_dispatch.h): no static data here.
+
+#include <ATen/OpMathType.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace customop::ops::cpu {
+
+/// The compute (accumulation) dtype of storage dtype T: float for Half and BFloat16, else T.
+template <class T>
+using acc_t = at::opmath_type<T>;
+
+/// True for the 16-bit storage dtypes (Half, BFloat16).
+template <class T>
+inline constexpr bool kReduced = !std::is_same_v<acc_t<T>, T>;
+
+template <class T>
+struct VecIO {
+  using Acc = acc_t<T>;
+  using Vec = at::vec::Vectorized<Acc>;
+  /// Elements of T per load/store: the lanes of one Vectorized<Acc>.
+  static constexpr int64_t kLanes = Vec::size();
+
+  /// kLanes elements from p (unaligned), widened to Acc.
+  static Vec load(const T* p) {
+    if constexpr (kReduced<T>) {
+      Vec out;
+      at::vec::load_to_float<T>(p, out);
+      return out;
+    } else {
+      return Vec::loadu(p);
+    }
+  }
+
+  /// The first n (0 <= n <= kLanes) elements from p, widened to Acc; the other lanes are 0.
+  /// Reads no element past p[n - 1].
+  static Vec load(const T* p, int64_t n) {
+    if constexpr (kReduced<T>) {
+      alignas(64) T tmp[kLanes] = {};
+      for (int64_t l = 0; l < n; ++l) tmp[l] = p[l];
+      return load(tmp);
+    } else {
+      return Vec::loadu(p, static_cast<int>(n));
+    }
+  }
+
+  /// kLanes elements to p (unaligned), rounded to T.
+  static void store(const Vec& v, T* p) {
+    if constexpr (kReduced<T>) {
+      at::vec::convert_from_float<T>(v, v).store(p, static_cast<int>(kLanes));
+    } else {
+      v.store(p);
+    }
+  }
+
+  /// The first n (0 <= n <= kLanes) lanes to p, rounded to T; writes no element past p[n - 1].
+  static void store(const Vec& v, T* p, int64_t n) {
+    if constexpr (kReduced<T>) {
+      at::vec::convert_from_float<T>(v, v).store(p, static_cast<int>(n));
+    } else {
+      v.store(p, static_cast<int>(n));
+    }
+  }
+};
+
+}  // namespace customop::ops::cpu

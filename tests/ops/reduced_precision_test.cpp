@@ -1,0 +1,69 @@
+// The float16/bfloat16 CPU kernels accumulate in float32 (plugin/ops/cpu/vec_io.h): inputs
+// whose float32 result is exact in the dtype, chosen so a kernel that summed in the dtype
+// itself would stall (bfloat16 stops counting ones at 256, float16 at 2048: the spacing there
+// exceeds 1), and y is rounded once. Named Cpu/*Forward* so the lower instruction-set builds
+// run them too (CMakeLists.txt).
+
+#include <customop/ops/masked_softmax.h>
+#include <customop/ops/rms_norm.h>
+#include <customop/ops/weighted_sum.h>
+
+#include "support/tensor_assertions.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using customop::ops::MaskedSoftmaxArgs;
+using customop::ops::RmsNormArgs;
+using customop::ops::WeightedSumArgs;
+using customop::testing::tensors_equal;
+
+class ReducedForward : public ::testing::TestWithParam<c10::ScalarType> {
+ protected:
+  at::TensorOptions opts() const { return at::TensorOptions().dtype(GetParam()); }
+};
+
+// 2^18 squares of 1 per row: 4,096 per lane of the widest (4 x 16 lanes) accumulator.
+TEST_P(ReducedForward, RmsNormSumsSquaresInFloat32) {
+  const auto x = at::ones({3, 1 << 18}, opts());
+  const auto w = at::full({1 << 18}, 0.5, opts());
+  const auto y = customop::ops::rms_norm_op()(RmsNormArgs{x, w, 0.0});
+  EXPECT_EQ(y.scalar_type(), GetParam());
+  EXPECT_TRUE(tensors_equal(y, at::full_like(x, 0.5)));
+}
+
+// 2^16 equal logits per row: exp(0) = 1 summed to 65536 (4,096 per lane of AVX-512), so each
+// output is 2^-16 (a float16 subnormal, exact); along dim 0 the column path sums the same.
+TEST_P(ReducedForward, MaskedSoftmaxSumsInFloat32) {
+  const auto x = at::zeros({2, 1 << 16}, opts());
+  const auto row = customop::ops::masked_softmax_op()(MaskedSoftmaxArgs{x, std::nullopt, -1});
+  EXPECT_EQ(row.scalar_type(), GetParam());
+  EXPECT_TRUE(tensors_equal(row, at::full_like(x, 1.0 / 65536)));
+  const auto xt = at::zeros({1 << 16, 3}, opts());
+  const auto col = customop::ops::masked_softmax_op()(MaskedSoftmaxArgs{xt, std::nullopt, 0});
+  EXPECT_TRUE(tensors_equal(col, at::full_like(xt, 1.0 / 65536)));
+}
+
+// 3,000 inputs of ones, weight 1: 3000 is a float16 and a bfloat16 value (3000 = 375 * 8;
+// bfloat16 spacing 16 there: 2992 and 3008 neighbour it, so the float32 sum is rounded once).
+TEST_P(ReducedForward, WeightedSumAccumulatesInFloat32) {
+  std::vector<at::Tensor> xs(3000, at::ones({37}, opts()));
+  const std::vector<double> w(3000, 1.0);
+  const auto y = customop::ops::weighted_sum_op()(WeightedSumArgs{.inputs = xs, .weights = w});
+  EXPECT_EQ(y.scalar_type(), GetParam());
+  EXPECT_TRUE(tensors_equal(y, at::full({37}, 3000.0, opts())));
+}
+
+std::string dtype_param_name(const ::testing::TestParamInfo<c10::ScalarType>& info) {
+  return std::string(c10::getDtypeNames(info.param).first);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, ReducedForward, ::testing::Values(at::kHalf, at::kBFloat16),
+                         dtype_param_name);
+
+}  // namespace
