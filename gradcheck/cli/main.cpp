@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       "load_spec_file.");
   bool list = false;
   std::string op_glob = "*";
-  std::string device = "all", dtype = "all", mode = "slow";
+  std::string device = "all", dtype = "float64,float32", mode = "slow";
   uint64_t seed = 0;
   double eps = 0, atol = 0, rtol = 0;
   double nondet_tol = 0.0;
@@ -113,8 +113,25 @@ int main(int argc, char** argv) {
                  "character); with --samples it picks the spec's cases");
   app.add_option("--device", device, "cpu, cuda or all")
       ->check(CLI::IsMember({"cpu", "cuda", "all"}));
-  app.add_option("--dtype", dtype, "float32, float64 or all")
-      ->check(CLI::IsMember({"float32", "float64", "all"}));
+  app.add_option("--dtype", dtype,
+                 "float64, float32, bfloat16, float16, a comma-separated list of them, or all "
+                 "(the four); default float64,float32. bfloat16/float16 are judged by the "
+                 "low-precision rule (a precise float64 run on the same rounded values)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            if (text == "all") return {};
+            std::size_t start = 0;
+            while (start <= text.size()) {
+              const std::size_t comma = std::min(text.find(',', start), text.size());
+              const std::string one = text.substr(start, comma - start);
+              if (one != "float64" && one != "float32" && one != "bfloat16" && one != "float16") {
+                return "'" + one + "' is not float64, float32, bfloat16, float16 or all";
+              }
+              start = comma + 1;
+            }
+            return {};
+          },
+          "DTYPE[,DTYPE...]"));
   app.add_option("--mode", mode, "slow (full Jacobians), fast (random projections) or both")
       ->check(CLI::IsMember({"slow", "fast", "both"}));
   app.add_option("--seed", seed, "Seed of the samples, projections and grad_outputs")
@@ -200,8 +217,19 @@ int main(int argc, char** argv) {
   if (device != "cuda") run.devices.push_back(c10::DeviceType::CPU);
   if (device != "cpu") run.devices.push_back(c10::DeviceType::CUDA);
   run.dtypes.clear();
-  if (dtype != "float64") run.dtypes.push_back(c10::ScalarType::Float);
-  if (dtype != "float32") run.dtypes.push_back(c10::ScalarType::Double);
+  {
+    const std::string list = dtype == "all" ? "float64,float32,bfloat16,float16" : dtype;
+    const std::pair<const char*, c10::ScalarType> known[] = {
+        {"float64", c10::ScalarType::Double},
+        {"float32", c10::ScalarType::Float},
+        {"bfloat16", c10::ScalarType::BFloat16},
+        {"float16", c10::ScalarType::Half}};
+    for (const auto& [name, type] : known) {  // in this order, each once
+      if (("," + list + ",").find(std::string(",") + name + ",") != std::string::npos) {
+        run.dtypes.push_back(type);
+      }
+    }
+  }
   run.modes.clear();
   if (mode != "fast") run.modes.push_back(gc::Mode::kSlow);
   if (mode != "slow") run.modes.push_back(gc::Mode::kFast);

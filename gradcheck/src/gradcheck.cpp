@@ -10,6 +10,7 @@
 #include "detail/function.h"
 #include "detail/input_subsets.h"
 #include "detail/layout_variants.h"
+#include "detail/low_precision.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -270,6 +271,14 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
     check_step(fn.name, slots, point, r.tolerances.eps);
   }
 
+  if (detail::is_low_precision(low)) {
+    // float16/bfloat16: the low-precision rule (options.h), in its own unit.
+    detail::check_low_precision(fn, args, slots, point, low, options, r);
+    summarize_arguments(r);
+    if (!r.passed && options.raise_exception) throw GradcheckError(r);
+    return r;
+  }
+
   const detail::Function f = detail::make_op_function(fn, args, slots, &r.counts);
   detail::Checked c;
   try {
@@ -337,6 +346,10 @@ GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
   BoxedFunction fn = boxed_from_handle(op.handle(), op.has_kernel(c10::DeviceType::CPU));
   fn.arg_names.clear();
   for (const auto& a : op.args()) fn.arg_names.push_back(a.name);
+  if (op.has_reference()) {
+    fn.reference = [&op](torch::jit::Stack& s) { op.reference()(&s); };
+    fn.reference_name = fn.name + "'s reference";
+  }
   GradcheckOptions inner = options;
   inner.raise_exception = false;
   GradcheckResult r = gradcheck(fn, args, inner);

@@ -50,6 +50,7 @@ std::string_view check_name(Check check) {
     case Check::kLayout: return "layout";
     case Check::kForwardError: return "forward_error";
     case Check::kInputSubset: return "input_subset";
+    case Check::kLowPrecision: return "low_precision";
   }
   return "?";
 }

@@ -76,6 +76,26 @@ nlohmann::json result_json(const GradcheckResult& r) {
   for (const auto& p : r.pairs) pairs.push_back(pair_json(p));
   nlohmann::json pairs2 = nlohmann::json::array();
   for (const auto& p : r.second_order_pairs) pairs2.push_back(pair_json(p));
+  nlohmann::json low = nlohmann::json::array();
+  for (const auto& c : r.low_precision) {
+    low.push_back({{"what", c.what},
+                   {"output", c.output},
+                   {"input", c.input},
+                   {"passed", c.passed},
+                   {"failed_rule", c.failed_rule},
+                   {"elements", c.elements},
+                   {"worst_index", c.worst_index},
+                   {"worst_value", number(c.worst_value)},
+                   {"worst_precise", number(c.worst_precise)},
+                   {"max_error", number(c.max_error)},
+                   {"max_bound", number(c.max_bound)},
+                   {"rms_error", number(c.rms_error)},
+                   {"rms_bound", number(c.rms_bound)},
+                   {"bias", number(c.bias)},
+                   {"bias_bound", number(c.bias_bound)},
+                   {"reference_error", number(c.reference_error)},
+                   {"perturbation_error", number(c.perturbation_error)}});
+  }
   nlohmann::json args = nlohmann::json::array();
   for (const auto& a : r.arguments) {
     args.push_back({{"input", a.input},
@@ -112,6 +132,10 @@ nlohmann::json result_json(const GradcheckResult& r) {
           {"pairs", pairs},
           {"second_order_pairs", pairs2},
           {"arguments", args},
+          {"precision_rule", r.precision_rule},
+          {"low_precision", low},
+          {"low_precision_forward_calls", r.low_precision_counts.forward_calls},
+          {"low_precision_vjp_calls", r.low_precision_counts.vjp_calls},
           {"notes", r.notes}};
 }
 
@@ -148,6 +172,18 @@ std::string format_report(const GradcheckResult& r) {
      << " backward\n";
   extra_runs(os, "layout variants", r.layout_variants, r.layout_counts);
   extra_runs(os, "input subsets requiring grad", r.input_subsets, r.subset_counts);
+  if (!r.low_precision.empty()) {
+    os << "  low-precision rule (" << r.precision_rule << "), "
+       << r.low_precision_counts.forward_calls << " forward + " << r.low_precision_counts.vjp_calls
+       << " backward:\n";
+    os << "    " << pad("compared", 28) << pad("max err/bound", 22) << pad("rms err/bound", 22)
+       << "bias/bound\n";
+    for (const auto& c : r.low_precision) {
+      os << "    " << pad(c.what, 28) << pad(g3(c.max_error) + "/" + g3(c.max_bound), 22)
+         << pad(g3(c.rms_error) + "/" + g3(c.rms_bound), 22) << g3(c.bias) + "/" + g3(c.bias_bound)
+         << (c.passed ? "" : "  FAILED (" + c.failed_rule + ")") << "\n";
+    }
+  }
   if (r.failures.size() > 1) {
     os << "  also failed:\n";
     for (std::size_t k = 1; k < r.failures.size(); ++k) {

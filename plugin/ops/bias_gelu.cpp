@@ -7,6 +7,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/erf.h>
 #include <ATen/ops/exp.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/tanh.h>
 
 #include <cmath>
@@ -97,6 +98,11 @@ std::vector<std::pair<std::string, BiasGeluArgs>> bias_gelu_samples(c10::Device 
   };
 }
 
+// The ATen composite: the reference of the float16/bfloat16 gradcheck.
+at::Tensor bias_gelu_reference(const BiasGeluArgs& a) {
+  return at::gelu(a.input + a.bias, a.approximate);
+}
+
 }  // namespace
 
 Op<BiasGeluArgs>& bias_gelu_op() {
@@ -108,6 +114,7 @@ Op<BiasGeluArgs>& bias_gelu_op() {
     o.impl(c10::DeviceType::CUDA, &detail::bias_gelu_cuda);
 #endif
     o.impl_fake(&bias_gelu_fake);
+    o.reference(&bias_gelu_reference);
     // Autocast: promote, as torch's pointwise ops over several tensors: autocast hands a
     // low-precision activation beside a float32 bias, and the wider dtype runs on every device.
     o.autocast(AutocastPolicy::kPromote);

@@ -6,6 +6,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -78,6 +79,17 @@ std::vector<std::pair<std::string, ClampCountArgs>> clamp_count_samples(c10::Dev
   };
 }
 
+// The ATen composite: the reference of the float16/bfloat16 gradcheck; where() passes the grad
+// at the bounds, as the op's backward.
+ClampCountResult clamp_count_reference(const ClampCountArgs& a) {
+  const at::Tensor lo = at::scalar_tensor(a.min, a.input.options()).to(a.input.scalar_type());
+  const at::Tensor hi = at::scalar_tensor(a.max, a.input.options()).to(a.input.scalar_type());
+  const at::Tensor below = a.input < lo;
+  const at::Tensor above = a.input > hi;
+  const at::Tensor y = at::where(below, lo, at::where(above, hi, a.input));
+  return {y, (below | above).sum()};
+}
+
 }  // namespace
 
 Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
@@ -90,6 +102,7 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
     o.impl(c10::DeviceType::CUDA, &detail::clamp_count_cuda);
 #endif
     o.impl_fake(&clamp_count_fake);
+    o.reference(&clamp_count_reference);
     // Autocast: float32. Comparisons only: float32 holds every float16/bfloat16 value, so the
     // cast changes no result, and every device's kernel takes float32.
     o.autocast(AutocastPolicy::kFloat32);

@@ -6,6 +6,8 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/masked_fill.h>
+#include <ATen/ops/softmax.h>
 
 namespace customop::ops {
 
@@ -87,6 +89,14 @@ std::vector<std::pair<std::string, MaskedSoftmaxArgs>> masked_softmax_samples(c1
   };
 }
 
+// The ATen composite: the reference of the float16/bfloat16 gradcheck (a fully masked
+// slice: softmax of -inf gives NaN, and the masked_fill after it zeros).
+at::Tensor masked_softmax_reference(const MaskedSoftmaxArgs& a) {
+  if (!a.mask) return at::softmax(a.input, a.dim);
+  const at::Tensor drop = a.mask->logical_not();
+  return at::softmax(a.input.masked_fill(drop, -INFINITY), a.dim).masked_fill(drop, 0);
+}
+
 }  // namespace
 
 Op<MaskedSoftmaxArgs>& masked_softmax_op() {
@@ -98,6 +108,7 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
     o.impl(c10::DeviceType::CUDA, &detail::masked_softmax_cuda);
 #endif
     o.impl_fake(&masked_softmax_fake);
+    o.reference(&masked_softmax_reference);
     // Autocast: float32, as torch's softmax: exp over a row's range and its sum.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);

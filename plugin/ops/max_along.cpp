@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/max.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 
@@ -90,6 +91,11 @@ std::vector<std::pair<std::string, MaxAlongArgs>> max_along_samples(c10::Device 
   };
 }
 
+// The ATen composite: the reference of the float16/bfloat16 gradcheck.
+MaxAlongResult max_along_reference(const MaxAlongArgs& a) {
+  return at::max(a.input, a.dim, a.keepdim);
+}
+
 }  // namespace
 
 Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
@@ -102,6 +108,7 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
     o.impl(c10::DeviceType::CUDA, &detail::max_along_cuda);
 #endif
     o.impl_fake(&max_along_fake);
+    o.reference(&max_along_reference);
     // Autocast: float32. A max is exact: float32 holds every float16/bfloat16 value, so the cast
     // changes no result, and every device's kernel takes float32.
     o.autocast(AutocastPolicy::kFloat32);

@@ -83,6 +83,11 @@ std::vector<std::pair<std::string, RmsNormArgs>> rms_norm_samples(c10::Device de
   };
 }
 
+// The ATen composite: the reference of the float16/bfloat16 gradcheck (each op rounds).
+at::Tensor rms_norm_reference(const RmsNormArgs& a) {
+  return a.input * at::rsqrt(a.input.square().mean(-1, /*keepdim=*/true) + a.eps) * a.weight;
+}
+
 }  // namespace
 
 Op<RmsNormArgs>& rms_norm_op() {
@@ -94,6 +99,7 @@ Op<RmsNormArgs>& rms_norm_op() {
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);
 #endif
     o.impl_fake(&rms_norm_fake);
+    o.reference(&rms_norm_reference);
     // Autocast: float32, as torch's own norms (layer_norm, group_norm): a mean of squares and
     // its rsqrt want a wide accumulator and range; the output is float32.
     o.autocast(AutocastPolicy::kFloat32);

@@ -84,6 +84,13 @@ std::vector<std::pair<std::string, WeightedSumArgs>> weighted_sum_samples(c10::D
   };
 }
 
+// The ATen composite: the reference of the float16/bfloat16 gradcheck (each add rounds).
+at::Tensor weighted_sum_reference(const WeightedSumArgs& a) {
+  at::Tensor y = a.inputs[0] * a.weights[0];
+  for (std::size_t k = 1; k < a.inputs.size(); ++k) y = y + a.inputs[k] * a.weights[k];
+  return y;
+}
+
 }  // namespace
 
 Op<WeightedSumArgs>& weighted_sum_op() {
@@ -95,6 +102,7 @@ Op<WeightedSumArgs>& weighted_sum_op() {
     o.impl(c10::DeviceType::CUDA, &detail::weighted_sum_cuda);
 #endif
     o.impl_fake(&weighted_sum_fake);
+    o.reference(&weighted_sum_reference);
     // Autocast: float32, as torch's sum and cumsum: a sum over the list.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);

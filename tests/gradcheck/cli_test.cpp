@@ -59,7 +59,7 @@ TEST(Cli, HelpExitsZero) {
 
 TEST(Cli, BadFlagsAreOneLineUsageErrors) {
   for (const char* args :
-       {"--bogus", "--device gpu", "--dtype float16", "--mode medium", "--seed minus-one",
+       {"--bogus", "--device gpu", "--dtype float8", "--mode medium", "--seed minus-one",
         "--load /nonexistent/lib.so", "--samples /nonexistent/spec.json", "--atol -1", "--eps nan",
         "--eps 0", "--eps inf", "--atol nan", "--rtol inf", "--nondet-tol nan", "--seed -1",
         "--seed 18446744073709551616", "--json /nonexistent/dir/out.json", "--json /tmp",

@@ -160,6 +160,28 @@ class Op final : public OpCore {
     return *this;
   }
 
+  /// Declares a reference implementation: the same function written with ATen ops (so
+  /// autograd differentiates it), `Ret fn(const Args&)`. The float16/bfloat16 gradcheck
+  /// (customop-gradcheck --dtype bfloat16) takes its float64 run as the precise one and its
+  /// error in the low dtype as the baseline a kernel is allowed (the low-precision rule,
+  /// customop/gradcheck/options.h). It must take every dtype the op takes, float64 included.
+  /// \param fn  `Ret fn(const Args&)`; not registered with the dispatcher
+  /// \returns   *this, for chaining
+  /// \throws nothing; a wrong signature is a compile error.
+  /// Example:
+  ///   op.reference([](const ScaleArgs& a) { return a.x * a.alpha; });
+  template <class F>
+  Op& reference(F fn) {
+    static_assert(std::is_invocable_v<F&, const Args&>,
+                  "[customop] reference must be callable as fn(const Args&) and return the op's "
+                  "return type");
+    set_reference([fn = std::move(fn)](torch::jit::Stack* stack) {
+      const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+      detail::push_returns(*stack, Ret(fn(args)));
+    });
+    return *this;
+  }
+
   /// Declares how the op runs under autocast (torch.autocast in Python, at::autocast in C++;
   /// eager, torch.compile and torch.export all see it): a kernel at the AutocastCPU and
   /// AutocastCUDA dispatch keys casts the floating tensor arguments on the autocast device as

@@ -174,6 +174,13 @@ class OpCore {
   bool has_samples() const { return static_cast<bool>(sample_generator_); }
   /// Sets (replaces) the sample generator; Op<Args, Ret>::samples(fn) is the typed way.
   void set_sample_generator(SampleGenerator g) { sample_generator_ = std::move(g); }
+  /// The op's reference implementation (Op::reference): pops the op's arguments, pushes its
+  /// returns. Empty when none is declared.
+  const detail::BoxedKernel& reference() const { return reference_; }
+  /// True when the op declared a reference (Op::reference).
+  bool has_reference() const { return static_cast<bool>(reference_); }
+  /// Sets (replaces) the reference; Op<Args, Ret>::reference(fn) is the typed way.
+  void set_reference(detail::BoxedKernel fn) { reference_ = std::move(fn); }
 
   /// The op's autocast policy (Op::autocast), or std::nullopt when it declared none (then
   /// torch's autocast fallthrough applies).
@@ -312,6 +319,7 @@ class OpCore {
   std::optional<std::vector<bool>> output_differentiability_;
   size_t num_tensor_like_args_ = 0;
   SampleGenerator sample_generator_;
+  detail::BoxedKernel reference_;
 };
 
 /// Registers `op` with the dispatcher and the customop registry; refuses a second definition

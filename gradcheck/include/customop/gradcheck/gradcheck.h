@@ -59,6 +59,12 @@ struct BoxedFunction {
   /// The same function with CPU copies of the arguments, for the CUDA/CPU comparison; empty
   /// when there is none.
   std::function<void(torch::jit::Stack&)> call_cpu;
+  /// A reference implementation with the same arguments and returns (e.g. the function
+  /// written with ATen ops, differentiable by autograd): float16/bfloat16 checks take its
+  /// float64 run as the precise one and its error in the low dtype as the baseline (options.h:
+  /// low-precision rule). Empty: the function's own float64 run is the precise one.
+  std::function<void(torch::jit::Stack&)> reference;
+  std::string reference_name;  ///< shown in reports, e.g. "customop::rms_norm's reference"
 };
 
 /// Checks the gradients of the dispatcher op `op` (any op: customop, another project's

@@ -140,6 +140,43 @@ inline constexpr double kEstimateSafety = 4.0;
 ///   auto tol = customop::gradcheck::default_tolerances(c10::ScalarType::Float);  // atol 1e-4
 Tolerances default_tolerances(c10::ScalarType dtype);
 
+/// The low-precision rule: how a float16/bfloat16 check judges the op (gradcheck on inputs of
+/// those dtypes, `customop-gradcheck --dtype bfloat16|float16`). Finite differences cannot
+/// judge a kernel whose rounding (u = 2^-8 for bfloat16, 2^-11 for float16) swamps any step,
+/// so the op in the low dtype is compared with a precise run on the same rounded values:
+/// every differentiable output, and every input's grad from one VJP with dense random
+/// cotangents (uniform in [-1, 1], rounded to the output's dtype; a one-hot cotangent would
+/// leave a reduction's accumulation unused).
+/// - The precise run: the op's declared reference (op.reference(fn), or "reference" in a spec
+///   case) in float64; without one, the op's own float64 run, which gradcheck first checks by
+///   finite differences (its Jacobians are the result's `pairs`).
+/// - The baselines, elementwise: E_ref = |reference in the low dtype - precise| (with a
+///   reference); E_pert = the precise run's response to one rounding of its inputs and of the
+///   cotangent (every element times 1 +- u, random sign; the larger of two draws). E_pert is
+///   the error any kernel that reads rounded values can be charged with (the backward-error
+///   view: Higham, Accuracy and Stability of Numerical Algorithms, 2002, section 1.5); it
+///   grows with the op's conditioning (a logsumexp whose backward reuses its rounded output).
+/// - The verdict on each tensor, e = low - precise over the elements finite in both:
+///     max |e| <= max(2 max E_ref, 4 max E_pert) + u max |precise|        ("max")
+///     rms(e)  <= max(2 rms E_ref, 4 rms E_pert) + u rms(precise)          ("rms")
+///     |s| <= 4 se(s) + u / 4,  s = sum(e p) / sum(p^2)                    ("bias")
+///   and no element non-finite where the precise value is finite in the dtype
+///   ("non-finite"). The factor 2 on the reference's error and the slack of one rounding at
+///   the values' magnitude are flash-attention's test rule (its tests/test_flash_attn.py,
+///   Dao et al. 2022: the kernel's max error at most twice a plain implementation's in the
+///   same dtype plus the rounding of the values); 4 on E_pert was measured: the correct ops
+///   of the low-precision corpus (sums over 4096, matmul, sigmoid, softmax over large logits,
+///   logsumexp, whose backward reuses its rounded output) reach at most 0.82 of that bound
+///   over 20 seeds. s is the least-squares relative scale of the error (low ~ (1 + s)
+///   precise) and se(s) its standard error: a 1 % error in every element is invisible in
+///   max and rms next to bfloat16's rounding (2.6 u) but sits ~10 standard errors off here,
+///   while rounding to nearest has no such bias; u / 4 allows a quarter unit of systematic
+///   rounding.
+inline constexpr double kLowPrecisionReferenceFactor = 2.0;
+inline constexpr double kLowPrecisionPerturbationFactor = 4.0;
+inline constexpr double kLowPrecisionBiasSigmas = 4.0;
+inline constexpr double kLowPrecisionBiasShare = 0.25;
+
 /// Which subsets of the differentiable inputs the backward also runs with, the others not
 /// requiring grad (GradcheckOptions::input_subsets).
 enum class InputSubsets : std::uint8_t {

@@ -32,6 +32,8 @@ enum class Check : std::uint8_t {
   kLayout,        ///< an input or grad_output in a non-contiguous layout changed outputs or grads
   kForwardError,  ///< the function itself raised an error (at the point, or perturbed)
   kInputSubset,   ///< with only some inputs requiring grad, their grads changed (or it raised)
+  kLowPrecision,  ///< a float16/bfloat16 output or grad is further from the precise run than
+                  ///< the low-precision rule allows (LowPrecisionReport)
 };
 
 /// Names a check, as JSON spells it.
@@ -107,6 +109,30 @@ struct ArgumentSummary {
   double worst_rel_error = 0;
 };
 
+/// The low-precision comparison of one output or one grad (float16/bfloat16 checks): the op
+/// in the low dtype against the precise run on the same rounded values. The rule is in
+/// options.h (low-precision rule); every figure is in the tensor's units, float64.
+struct LowPrecisionReport {
+  std::string what;  ///< "output 'y'" or "grad of 'x'"
+  int output = -1;   ///< differentiable-output index (forward comparisons), else -1
+  int input = -1;    ///< differentiable-input index (grads), else -1
+  bool passed = true;
+  std::string failed_rule;  ///< "max", "rms", "bias", "non-finite", "metadata", or "" (passed)
+  int64_t elements = 0;     ///< elements compared (finite in both runs)
+  std::vector<int64_t> worst_index;  ///< where |error| is largest
+  double worst_value = 0;            ///< the low-precision run there
+  double worst_precise = 0;          ///< the precise run there
+  double max_error = 0;              ///< max |low - precise|
+  double max_bound = 0;              ///< what max_error may reach
+  double rms_error = 0;              ///< root-mean-square of low - precise
+  double rms_bound = 0;              ///< what rms_error may reach
+  double bias = 0;                ///< s = sum(e p) / sum(p^2): the error's systematic relative part
+  double bias_bound = 0;          ///< what |bias| may reach
+  double reference_error = 0;     ///< max |reference in the low dtype - precise|; 0 without one
+  double perturbation_error = 0;  ///< max response of the precise run to one rounding of its
+                                  ///< inputs and cotangent
+};
+
 /// Op evaluations a check spent, to compare with torch.autograd.gradcheck's cost.
 struct OpCounts {
   int64_t forward_calls = 0;  ///< calls of the op's forward (any device, any dtype)
@@ -141,6 +167,13 @@ struct GradcheckResult {
   /// but 'x'", and their cost, counted apart from `counts`.
   std::vector<std::string> input_subsets;
   OpCounts subset_counts;
+  /// float16/bfloat16 checks: "reference" (the op's declared reference in float64 is the
+  /// precise run) or "no reference" (the op's own float64 run, finite-difference checked
+  /// first: `pairs` are its Jacobians); "" for float32/float64 checks.
+  std::string precision_rule;
+  /// float16/bfloat16 checks: one report per differentiable output and per input grad.
+  std::vector<LowPrecisionReport> low_precision;
+  OpCounts low_precision_counts;  ///< what the low-precision comparison cost (apart)
 
   /// Formats this result as text (format_report in report.h).
   /// \returns the full report; its first line is the first failure's headline, or
