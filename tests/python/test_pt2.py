@@ -1,7 +1,8 @@
 """The built-in ops in the PyTorch 2 stack: fake (Meta) kernels, torch.library.opcheck,
 torch.compile (fullgraph, dynamic shapes, inductor and aot_eager) and what stays unsupported.
 
-Samples: every sample each op registers (OpCore::samples), float32 and float64, written by
+Samples: every sample each op registers (OpCore::samples), in float64, float32, bfloat16 and
+float16 (the CPU kernels take all four), written by
 `customop-gradcheck --dump-samples` (torch::pickle_save) so Python checks exactly the inputs
 the C++ gradcheck checks.
 
@@ -34,7 +35,7 @@ OPS = ["rms_norm", "bias_gelu", "weighted_sum", "max_along", "masked_softmax", "
 
 def _load_samples():
     out = pathlib.Path(os.environ.get("PYTEST_TMPDIR", "/tmp")) / f"customop_samples_{os.getpid()}.pt"
-    subprocess.run([CLI, "--op", "customop::*", "--dump-samples", str(out)], check=True,
+    subprocess.run([CLI, "--op", "customop::*", "--dtype", "all", "--dump-samples", str(out)], check=True,
                    capture_output=True, text=True)
     # torch::pickle_save tags lists and dicts with TorchScript's builders: allow just those.
     import torch.jit._pickle as jit_pickle
@@ -70,10 +71,10 @@ def _sample_params():
     return params
 
 
-def test_every_op_has_samples_in_both_dtypes():
+def test_every_op_has_samples_in_the_four_dtypes():
     for name in OPS:
         dtypes = {s["dtype"] for s in SAMPLES[f"customop::{name}"]}
-        assert dtypes == {"float32", "float64"}, f"{name}: {dtypes}"
+        assert dtypes == {"float32", "float64", "bfloat16", "float16"}, f"{name}: {dtypes}"
 
 
 @pytest.mark.parametrize("name,k", _sample_params())
