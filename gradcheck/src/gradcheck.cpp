@@ -341,6 +341,14 @@ GradcheckResult gradcheck(const c10::OperatorHandle& op, const torch::jit::Stack
   return gradcheck(boxed_from_handle(op, /*has_cpu=*/true), args, options);
 }
 
+GradcheckResult gradcheck(const c10::OperatorHandle& op, const c10::OperatorHandle& reference,
+                          const torch::jit::Stack& args, const GradcheckOptions& options) {
+  BoxedFunction fn = boxed_from_handle(op, /*has_cpu=*/true);
+  fn.reference = [reference](torch::jit::Stack& s) { reference.callBoxed(s); };
+  fn.reference_name = qualified_name(reference.schema());
+  return gradcheck(fn, args, options);
+}
+
 GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
                           const GradcheckOptions& options) {
   BoxedFunction fn = boxed_from_handle(op.handle(), op.has_kernel(c10::DeviceType::CPU));

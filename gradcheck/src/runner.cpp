@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -197,12 +198,14 @@ std::function<CaseResult()> op_job(const OpCore& op, const RunOptions& options, 
 
 /// A spec case: through the customop op `core` when there is one, else the dispatcher's.
 std::function<CaseResult()> spec_job(const OpCore* core, const c10::OperatorHandle& handle,
+                                     std::optional<c10::OperatorHandle> reference,
                                      const RunOptions& options, Mode mode, bool dtype_fixed,
                                      CaseResult base, torch::jit::Stack args) {
-  return [core, handle, &options, mode, dtype_fixed, base = std::move(base),
+  return [core, handle, reference, &options, mode, dtype_fixed, base = std::move(base),
           args = std::move(args)]() mutable {
     CaseResult c = run_case(
         [&](const GradcheckOptions& o) {
+          if (reference) return gradcheck(handle, *reference, args, o);
           return core != nullptr ? gradcheck(*core, args, o) : gradcheck(handle, args, o);
         },
         options.check, mode, std::move(base));
@@ -379,8 +382,15 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
             continue;
           }
           const OpCore* core = overload.empty() ? find_op(name) : nullptr;
-          jobs.push_back(spec_job(core, *handle, options, mode, sc.dtype_fixed, std::move(base),
-                                  std::move(args)));
+          std::optional<c10::OperatorHandle> reference;
+          if (!sc.reference.empty()) {
+            const auto rdot = sc.reference.find('.', sc.reference.find("::"));
+            reference = c10::Dispatcher::singleton().findSchema(
+                {sc.reference.substr(0, rdot),
+                 rdot == std::string::npos ? "" : sc.reference.substr(rdot + 1)});
+          }
+          jobs.push_back(spec_job(core, *handle, reference, options, mode, sc.dtype_fixed,
+                                  std::move(base), std::move(args)));
         }
       }
     }

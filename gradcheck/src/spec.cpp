@@ -340,8 +340,9 @@ SpecCase parse_case(const json& j, std::size_t index) {
   if (!j.is_object())
     bad("case " + std::to_string(index) + " must be an object with \"op\" and \"args\"");
   for (const auto& [key, v] : j.items()) {
-    if (key != "op" && key != "args" && key != "label") {
-      bad("case " + std::to_string(index) + ": unknown key \"" + key + "\" (op, label, args)");
+    if (key != "op" && key != "args" && key != "label" && key != "reference") {
+      bad("case " + std::to_string(index) + ": unknown key \"" + key +
+          "\" (op, label, args, reference)");
     }
   }
   if (!j.contains("op") || !j["op"].is_string()) {
@@ -372,6 +373,32 @@ SpecCase parse_case(const json& j, std::size_t index) {
     bad(where + ": no such operator is registered (load its library with --load first)");
   }
   const auto& schema = handle->schema();
+  if (j.contains("reference")) {
+    // The float16/bfloat16 rule's reference: another registered op with the same arguments
+    // and returns (types in order; names may differ).
+    if (!j["reference"].is_string()) bad(where + ": \"reference\" must name an operator");
+    sc.reference = j["reference"].get<std::string>();
+    const auto rsep = sc.reference.find("::");
+    const auto rdot = sc.reference.find('.', rsep == std::string::npos ? 0 : rsep);
+    const auto ref = c10::Dispatcher::singleton().findSchema(
+        {sc.reference.substr(0, rdot),
+         rdot == std::string::npos ? "" : sc.reference.substr(rdot + 1)});
+    if (rsep == std::string::npos || !ref) {
+      bad(where + ": reference " + sc.reference + " is not a registered operator");
+    }
+    auto types = [](const std::vector<c10::Argument>& as) {
+      std::string t;
+      for (const auto& a : as) t += a.type()->str() + ", ";
+      return t.empty() ? t : t.substr(0, t.size() - 2);
+    };
+    const auto& rs = ref->schema();
+    if (types(rs.arguments()) != types(schema.arguments()) ||
+        types(rs.returns()) != types(schema.returns())) {
+      bad(where + ": reference " + sc.reference + " takes (" + types(rs.arguments()) + ") -> (" +
+          types(rs.returns()) + "), but " + sc.op + " takes (" + types(schema.arguments()) +
+          ") -> (" + types(schema.returns()) + ")");
+    }
+  }
   const auto& sargs = schema.arguments();
 
   std::vector<std::optional<ArgRecipe>> recipes(sargs.size());

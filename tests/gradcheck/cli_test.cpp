@@ -181,6 +181,28 @@ TEST(Cli, OpPicksTheSamplesCases) {
   EXPECT_THAT(r.out, HasSubstr("names an op matching 'customop::*'"));
 }
 
+// A spec case's "reference" is the precise run of the bfloat16 rule: aten::exp judged against
+// aten::exp passes, against aten::exp2 (same schema, other values) fails; a reference with
+// another signature is a usage error naming both.
+TEST(Cli, SpecReferenceJudgesTheLowPrecisionRun) {
+  const std::string spec = temp_path("customop_gradcheck_cli_reference.json");
+  auto write = [&](const std::string& ref) {
+    std::ofstream(spec) << R"({"op": "aten::exp", "reference": ")" << ref
+                        << R"(", "args": [{"tensor": {"shape": [3, 5]}}]})";
+  };
+  write("aten::exp");
+  CliRun r = cli("--samples '" + spec + "' --device cpu --dtype bfloat16,float16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  write("aten::exp2");
+  r = cli("--samples '" + spec + "' --device cpu --dtype bfloat16");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("bfloat16 output 'output 0' is off"));
+  write("aten::pow.Tensor_Scalar");
+  r = cli("--samples '" + spec + "' --device cpu --dtype bfloat16");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("reference aten::pow.Tensor_Scalar takes (Tensor, Scalar)"));
+}
+
 TEST(Cli, EveryCaseSkippedIsNotASuccess) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present: --device cuda checks";
   const CliRun r = cli("--op 'customop::rms_norm' --device cuda");

@@ -94,6 +94,17 @@ struct BoxedFunction {
 GradcheckResult gradcheck(const c10::OperatorHandle& op, const torch::jit::Stack& args,
                           const GradcheckOptions& options = {});
 
+/// Checks the gradients of the dispatcher op `op` with `reference` (same argument and return
+/// types) as the reference of the float16/bfloat16 rule (options.h), whatever `op` declares.
+/// \param op, args, options  as for the c10::OperatorHandle overload
+/// \param reference          the reference op, called through the dispatcher
+/// \returns, \throws as the c10::OperatorHandle overload.
+/// Example:
+///   auto r = gradcheck(d.findSchemaOrThrow("myns::fast_gelu", ""),
+///                      d.findSchemaOrThrow("aten::gelu", ""), args, {.raise_exception = false});
+GradcheckResult gradcheck(const c10::OperatorHandle& op, const c10::OperatorHandle& reference,
+                          const torch::jit::Stack& args, const GradcheckOptions& options = {});
+
 /// Checks the gradients of a customop op given by its core; the CUDA/CPU comparison runs
 /// when it has a CPU kernel (has_kernel(CPU)).
 /// \param op       the op's core (an `Op<Args, Ret>` converts to it)

@@ -120,6 +120,9 @@ struct SpecCase {
   /// True when every tensor in the spec names its dtype (the case then runs once, in those
   /// dtypes, whatever RunOptions::dtypes says).
   bool dtype_fixed = false;
+  /// "reference": a registered op with the same argument and return types whose float64 run
+  /// is the precise one of the float16/bfloat16 rule (options.h); "" for none.
+  std::string reference;
   /// Builds the arguments (schema order, defaults filled in) for a device and a floating
   /// dtype, drawing random values from a generator seeded with `seed`.
   std::function<torch::jit::Stack(c10::Device, c10::ScalarType, std::uint64_t seed)> make;
@@ -142,9 +145,10 @@ inline constexpr int64_t kMaxSpecElements = int64_t{1} << 24;
 ///             2.0, [0, 1], null, true, "mean"]}
 /// A tensor may also give "values" (nested list, overrides init), "noncontiguous": true (a
 /// strided view of a larger tensor), "dtype" (default: the run's dtype; integer dtypes never
-/// require grad); {"tensors": [...]} is a Tensor[] argument. Scalars and lists convert to the
-/// schema's type; missing trailing arguments take the schema's defaults. The op must already
-/// be registered (load its library first). A case's tensors hold at most kMaxSpecElements
+/// require grad); {"tensors": [...]} is a Tensor[] argument. A case may name a "reference"
+/// op ("ns::name", same argument and return types) for float16/bfloat16 runs. Scalars and lists
+/// convert to the schema's type; missing trailing arguments take the schema's defaults. The op must
+/// already be registered (load its library first). A case's tensors hold at most kMaxSpecElements
 /// elements in all.
 /// \param path  the JSON file
 /// \returns one SpecCase per case, in file order; `make` builds its arguments later
