@@ -15,6 +15,7 @@
 
 #include <customop/gradcheck/gradcheck.h>
 #include <customop/gradcheck/report.h>
+#include <customop/op_core.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <nlohmann/json.hpp>
@@ -97,6 +98,7 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
 struct Names {
   std::string name;
   std::vector<std::string> args, returns;
+  std::string reference;  // "reference": an op for the float16/bfloat16 rule
 };
 
 GradcheckOptions options_from_json(const std::string& text, const std::string& op, Names& names) {
@@ -142,6 +144,8 @@ GradcheckOptions options_from_json(const std::string& text, const std::string& o
                                          : InputSubsets::kEachAloneAndAllButOne;
     } else if (key == "label") {
       o.label = v.get<std::string>();
+    } else if (key == "reference") {
+      names.reference = v.get<std::string>();
     } else {
       TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): unknown option '", key, "'");
     }
@@ -180,6 +184,25 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
     if (!names.returns.empty()) fn.return_names = names.returns;
     fn.call = [h = *handle](torch::jit::Stack& s) { h.callBoxed(s); };
     fn.call_cpu = fn.call;
+    // The float16/bfloat16 rule's reference: the one named, else a customop op's declared one.
+    if (!names.reference.empty()) {
+      const auto rdot = names.reference.find('.');
+      const auto ref = c10::Dispatcher::singleton().findSchema(
+          {names.reference.substr(0, rdot),
+           rdot == std::string::npos ? "" : names.reference.substr(rdot + 1)});
+      TORCH_CHECK_VALUE(ref.has_value(), "customop.gradcheck.check(", op, "): reference '",
+                        names.reference, "' is not a registered op");
+      TORCH_CHECK_VALUE(ref->schema().arguments().size() == schema.arguments().size() &&
+                            ref->schema().returns().size() == schema.returns().size(),
+                        "customop.gradcheck.check(", op, "): reference ", ref->schema(),
+                        " does not take the arguments and returns of ", schema);
+      fn.reference = [h = *ref](torch::jit::Stack& s) { h.callBoxed(s); };
+      fn.reference_name = names.reference;
+    } else if (const OpCore* core = overload.empty() ? find_op(name) : nullptr;
+               core != nullptr && core->has_reference()) {
+      fn.reference = [core](torch::jit::Stack& s) { core->reference()(&s); };
+      fn.reference_name = name + "'s reference";
+    }
     return to_json(gradcheck(fn, stack, options));
   } catch (const json::exception& e) {
     TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): ", e.what());

@@ -128,6 +128,18 @@ def _bind(name: str, sample) -> tuple[list, list[str] | None]:
     return bound, [p.name for p in params]
 
 
+_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _cast(value, dtype):
+    """Floating tensors (also in lists) cast to dtype, requires_grad kept; the rest as is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(dtype).requires_grad_(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
 def check(op, samples: Sequence[Any], **options) -> list[dict]:
     """Gradchecks `op` on each sample and returns one report (a dict, as the CLI's JSON) per
     sample, in order; report["passed"] is the verdict. Never raises for a failed check, nor for
@@ -143,7 +155,13 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
       tolerances). Values: tensors, lists of tensors, None, bool, int, finite float, str.
     - options: GradcheckOptions fields, e.g. mode="fast", eps=1e-6, atol=1e-5, rtol=1e-3,
       seed=0, check_second_order=True, check_fake_kernel=False, input_subsets="singles",
-      label="my case".
+      label="my case"; and
+      - dtype=torch.bfloat16 (or float16, float32, float64): every floating tensor of each
+        sample is cast to it first (requires_grad kept). float16/bfloat16 are judged by the
+        low-precision rule (a precise float64 run on the same rounded values; README
+        "Low precision"), each report's "low_precision" list holds its comparisons;
+      - reference="ns::name": an op with the same arguments and returns whose float64 run is
+        that precise run (a customop op's declared op.reference is used without it).
     Raises ValueError naming the op and the argument when a sample does not fit the schema or an
     option is unknown; TypeError for a sample or value of a kind the harness does not take.
     """
@@ -152,11 +170,19 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
     if isinstance(samples, (torch.Tensor, str, Sample, Mapping)):
         raise TypeError(f"customop.gradcheck.check({name}): samples is a list of samples, got a "
                         f"{type(samples).__name__}")
+    dtype = options.pop("dtype", None)
+    if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"customop.gradcheck.check({name}): dtype must be one of "
+                         f"{', '.join(str(d) for d in _DTYPES)}, got {dtype!r}")
+    if "reference" in options and not isinstance(options["reference"], str):
+        options["reference"] = _op_name(options["reference"])
     reports = []
     for i, sample in enumerate(samples):
         opts = dict(options)
         opts.setdefault("label", f"sample {i}")
         args, names = _bind(name, sample)
+        if dtype is not None:
+            args = [_cast(a, dtype) for a in args]
         report = run(name, args, opts, names)
         report.pop("_raised", None)
         reports.append(report)

@@ -1,0 +1,92 @@
+"""customop.gradcheck.check(..., dtype=torch.bfloat16 / torch.float16): the low-precision rule
+from Python, on a built-in op (its declared reference) and on a Python custom op whose backward
+is wrong only in bfloat16 (the op's own float64 run, or a named reference, is the precise run)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import customop  # noqa: F401  (loads torch.ops.customop.*)
+import customop.gradcheck as gc
+
+
+def leaf(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
+
+
+@torch.library.custom_op("customop_lp_test::softplus", mutates_args=())
+def softplus(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.softplus(x.float()).to(x.dtype) if x.dtype in (
+        torch.bfloat16, torch.float16) else torch.nn.functional.softplus(x)
+
+
+@softplus.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+FACTOR = {"low": 1.0}
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _backward(ctx, g):
+    (x,) = ctx.saved_tensors
+    low = x.dtype in (torch.bfloat16, torch.float16)
+    grad = g.float() * torch.sigmoid(x.float()) if low else g * torch.sigmoid(x)
+    if low:
+        grad = grad * FACTOR["low"]  # the planted bug: only in the low dtype
+    return grad.to(x.dtype)
+
+
+softplus.register_autograd(_backward, setup_context=_setup)
+
+# The same function written with ATen ops (autograd differentiates it): a reference.
+_LIB = torch.library.Library("customop_lp_test", "FRAGMENT")
+_LIB.define("softplus_reference(Tensor x) -> Tensor")
+_LIB.impl("softplus_reference", lambda x: torch.log1p(torch.exp(x)), "CompositeImplicitAutograd")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_builtin_op_passes_against_its_declared_reference(dtype):
+    x, w = leaf(6, 16), (torch.rand(16, dtype=torch.float64) + 0.5).requires_grad_(True)
+    (report,) = gc.check(torch.ops.customop.rms_norm, [(x, w, 1e-6)], dtype=dtype)
+    assert report["passed"], gc.format_failure(report)
+    assert report["dtype"] == str(dtype).removeprefix("torch.")
+    assert report["precision_rule"] == "reference"
+    assert [c["what"] for c in report["low_precision"]] == [
+        "output 'output 0'", "grad of 'input'", "grad of 'weight'"]
+
+
+@pytest.mark.parametrize("reference", [None, "customop_lp_test::softplus_reference"])
+def test_a_backward_one_percent_off_only_in_bfloat16_is_caught(reference):
+    opts = {} if reference is None else {"reference": reference}
+    samples = [(leaf(16, 32, seed=s),) for s in range(3)]
+    FACTOR["low"] = 1.0
+    for r in gc.check(softplus, samples, dtype=torch.bfloat16, **opts):
+        assert r["passed"], gc.format_failure(r)
+        assert r["precision_rule"] == ("reference" if reference else "no reference")
+    FACTOR["low"] = 1.01
+    try:
+        reports = gc.check(softplus, samples, dtype=torch.bfloat16, **opts)
+        float64 = gc.check(softplus, samples[:1], dtype=torch.float64)
+    finally:
+        FACTOR["low"] = 1.0
+    for r in reports:
+        assert not r["passed"]
+        (failure,) = [f for f in r["failures"] if f["check"] == "low_precision"]
+        assert failure["headline"].startswith("bfloat16 grad of 'x' is off"), failure
+    assert float64[0]["passed"]  # float64 never sees the flaw
+
+
+def test_dtype_and_reference_are_checked():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        gc.check(softplus, [(leaf(3),)], dtype=torch.int32)
+    with pytest.raises(ValueError, match="reference 'aten::nonexistent_op' is not a registered op"):
+        gc.check(softplus, [(leaf(3),)], dtype=torch.bfloat16, reference="aten::nonexistent_op")
+    with pytest.raises(ValueError, match="does not take the arguments and returns"):
+        gc.check(softplus, [(leaf(3),)], dtype=torch.bfloat16, reference="aten::softplus")
