@@ -1,4 +1,5 @@
-// CPU kernels vs their ATen composites, forward only, float32, 4 KiB .. 256 MiB of input,
+// CPU kernels vs their ATen composites, forward only, float32 (and bfloat16, float16: "<op>@bf16",
+// "<op>@fp16", the same element counts), 4 KiB .. 256 MiB of float32 input,
 // and a plain tensor copy_ of the same size as this machine's memory-bandwidth yardstick.
 // Every benchmark reports bytes_per_second (SetBytesProcessed) over the bytes the op must
 // move at least (inputs read once + outputs written once), so customop, the composite and
@@ -41,9 +42,15 @@ constexpr double kEps = 1e-6;
 constexpr double kMin = -0.5, kMax = 0.5;      // clamp_count bounds: ~60% of U(-2, 2) clamped
 const std::vector<double> kWeights{0.5, 2.0};  // weighted_sum: K = 2 inputs
 
+/// The dtype of the case being built (float32, bfloat16, float16): set by run_case.
+thread_local at::ScalarType g_dtype = at::kFloat;
+
 at::Tensor uniform(std::vector<int64_t> shape) {
-  return at::empty(shape, at::kFloat).uniform_(-2.0, 2.0);
+  return at::empty(shape, at::kFloat).uniform_(-2.0, 2.0).to(g_dtype);
 }
+
+/// Bytes of one element of the case's dtype.
+int64_t elem() { return static_cast<int64_t>(c10::elementSize(g_dtype)); }
 
 /// One op's inputs at one size, its two implementations and the bytes each call must move.
 struct Case {
@@ -58,8 +65,11 @@ struct Case {
 
 using MakeCase = std::function<Case(int64_t bytes)>;
 
+// NB: `bytes` names the size as float32 bytes of input: every dtype gets the same element
+// count (bytes / 4), and moves elem() bytes per element.
 Case rms_norm_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
   auto x = uniform({rows, kD}), w = uniform({kD});
   return {[=] {
             return std::vector{ops::rms_norm_op()(ops::RmsNormArgs{x, w, kEps})};
@@ -70,6 +80,7 @@ Case rms_norm_case(int64_t bytes) {
 
 Case bias_gelu_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
   auto x = uniform({rows, kD}), b = uniform({kD});
   return {[=] {
             return std::vector{ops::bias_gelu_op()(ops::BiasGeluArgs{x, b, "none"})};
@@ -80,6 +91,7 @@ Case bias_gelu_case(int64_t bytes) {
 
 Case clamp_count_case(int64_t bytes) {
   auto x = uniform({bytes / 4});
+  bytes = bytes / 4 * elem();
   return {[=] {
             auto [y, n] = ops::clamp_count_op()(ops::ClampCountArgs{x, kMin, kMax});
             return std::vector{y, n};
@@ -94,6 +106,7 @@ Case clamp_count_case(int64_t bytes) {
 
 Case masked_softmax_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
   auto x = uniform({rows, kD});
   auto mask = at::rand({rows, kD}) > 0.3;  // keep 70%; no row is fully masked at D = 1024
   return {[=] {
@@ -108,6 +121,7 @@ Case masked_softmax_case(int64_t bytes) {
 
 Case max_along_case(int64_t bytes) {
   const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
   auto x = uniform({rows, kD});
   return {[=] {
             auto [v, i] = ops::max_along_op()(ops::MaxAlongArgs{x, -1, false});
@@ -117,7 +131,7 @@ Case max_along_case(int64_t bytes) {
             auto [v, i] = at::max(x, -1);
             return std::vector{v, i};
           },
-          bytes + rows * (4 + 8),
+          bytes + rows * (elem() + 8),
           [=](const Case::Outputs& o) {
             return Case::Outputs{o[0], x.gather(-1, o[1].unsqueeze(-1)).squeeze(-1)};
           }};
@@ -126,7 +140,8 @@ Case max_along_case(int64_t bytes) {
 Case weighted_sum_case(int64_t bytes) {
   std::vector<at::Tensor> xs;
   for (size_t k = 0; k < kWeights.size(); ++k) xs.push_back(uniform({bytes / 4}));
-  const auto w = at::tensor(kWeights, at::kFloat).view({-1, 1});
+  bytes = bytes / 4 * elem();
+  const auto w = at::tensor(kWeights, at::kFloat).to(g_dtype).view({-1, 1});
   return {[=] {
             return std::vector{ops::weighted_sum_op()(ops::WeightedSumArgs{xs, kWeights})};
           },
@@ -134,14 +149,18 @@ Case weighted_sum_case(int64_t bytes) {
           static_cast<int64_t>(xs.size() + 1) * bytes};
 }
 
-void run_case(benchmark::State& state, const MakeCase& make, bool customop) {
+void run_case(benchmark::State& state, const MakeCase& make, bool customop, at::ScalarType dtype) {
   c10::InferenceMode guard;
+  g_dtype = dtype;
   const Case c = make(state.range(0));
   const auto mine = c.comparable ? c.comparable(c.customop()) : c.customop();
   const auto ref = c.comparable ? c.comparable(c.composite()) : c.composite();
+  // The composite rounds after each of its ops in a 16-bit dtype; the kernels once.
+  const double tol = dtype == at::kBFloat16 ? 5e-2 : dtype == at::kHalf ? 1e-2 : 1e-4;
   for (size_t i = 0; i < mine.size(); ++i) {
     const bool ok = mine[i].is_floating_point()
-                        ? at::allclose(mine[i], ref[i], /*rtol=*/1e-4, /*atol=*/1e-5)
+                        ? at::allclose(mine[i].to(at::kFloat), ref[i].to(at::kFloat), tol,
+                                       dtype == at::kFloat ? 1e-5 : tol)
                         : at::equal(mine[i], ref[i]);
     if (!ok) {
       state.SkipWithError(
@@ -215,13 +234,20 @@ void apply_sizes(benchmark::internal::Benchmark* b) {
                     run_copy(s, kind);
                   })->Arg(size));
     }
-    for (const auto& [name, make] : cases) {
-      for (const bool customop : {true, false}) {
-        const std::string bm = std::string(name) + (customop ? "/customop" : "/composite");
-        apply_sizes(
-            benchmark::RegisterBenchmark(bm.c_str(), [make = make, customop](benchmark::State& s) {
-              run_case(s, make, customop);
-            })->Arg(size));
+    // float32 as "<op>/...", the 16-bit dtypes as "<op>@bf16/..." and "<op>@fp16/...".
+    for (const auto& [suffix, dtype] :
+         {std::pair{"", at::kFloat}, std::pair{"@bf16", at::kBFloat16},
+          std::pair{"@fp16", at::kHalf}}) {
+      for (const auto& [name, make] : cases) {
+        for (const bool customop : {true, false}) {
+          const std::string bm =
+              std::string(name) + suffix + (customop ? "/customop" : "/composite");
+          apply_sizes(
+              benchmark::RegisterBenchmark(bm.c_str(), [make = make, customop,
+                                                        dtype = dtype](benchmark::State& s) {
+                run_case(s, make, customop, dtype);
+              })->Arg(size));
+        }
       }
     }
   }
