@@ -21,13 +21,15 @@ using customop::examples::DemoData;
 
 constexpr const char* kUsage =
     "usage: digits_aoti_eval --model PATH [--ops-library PATH] [--data PATH] [--summary PATH]\n"
-    "                        [--min-accuracy A] [--max-diff D]\n"
+    "                        [--min-accuracy A] [--max-diff D] [--reference NAME]\n"
     "  --model        AOTInductor package saved by train.py (digits_model.pt2)\n"
     "  --ops-library  libcustomop_ops.so, dlopen'ed before the package is loaded\n"
     "  --data         the split train.py exported (digits_data.pt); without it: load only\n"
     "  --summary      write the figures as JSON here\n"
     "  --min-accuracy fail (exit 1) below this held-out accuracy (default 0.95)\n"
     "  --max-diff     fail (exit 1) when C++ and Python probabilities differ by more (1e-5)\n"
+    "  --reference    the Python probabilities in --data to compare with (default\n"
+    "                 py_aoti_probs_test; py_aoti_autocast_probs_test for the autocast package)\n"
     "exit: 0 ok, 1 a check failed, 2 bad usage, 3 an op the package calls is not loaded\n";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -50,7 +52,7 @@ int run(const std::map<std::string, std::string>& flags) {
 
   const at::Tensor x = data.get("x_test");
   const at::Tensor probs = loader->run({x}).at(0);
-  const at::Tensor py_probs = data.get("py_aoti_probs_test");
+  const at::Tensor py_probs = data.get(flags.at("reference"));
   const double acc = customop::examples::accuracy(probs, data.get("y_test"));
   const double diff = (probs - py_probs).abs().max().item<double>();
   const int64_t same_predictions = (probs.argmax(1) == py_probs.argmax(1)).sum().item<int64_t>();
@@ -97,7 +99,8 @@ int main(int argc, char** argv) {
                                                       {"data", ""},
                                                       {"summary", ""},
                                                       {"min-accuracy", "0.95"},
-                                                      {"max-diff", "1e-5"}});
+                                                      {"max-diff", "1e-5"},
+                                                      {"reference", "py_aoti_probs_test"}});
   if (flags.at("model").empty()) {
     std::cerr << "digits_aoti_eval: --model is required\n" << kUsage;
     return 2;

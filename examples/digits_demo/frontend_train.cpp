@@ -9,6 +9,7 @@
 #include <customop/ops/max_along.h>
 #include <customop/ops/rms_norm.h>
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -23,10 +24,13 @@ namespace ops = customop::ops;
 
 constexpr const char* kUsage =
     "usage: digits_frontend_train --data PATH [--out DIR] [--epochs N] [--min-accuracy A]\n"
+    "                             [--autocast none|bfloat16]\n"
     "  --data          the split train.py exported (digits_data.pt)\n"
     "  --out           where losses_frontend.csv and frontend_train.json go (default: .)\n"
     "  --epochs        training epochs (default 40, as train.py)\n"
-    "  --min-accuracy  fail (exit 1) below this held-out accuracy (default 0.95)\n";
+    "  --min-accuracy  fail (exit 1) below this held-out accuracy (default 0.95)\n"
+    "  --autocast      bfloat16: forward and loss under at::autocast (CPU, bfloat16), backward\n"
+    "                  and the optimizer step outside; files get the suffix _autocast\n";
 
 // The recipe of train.py; change both together.
 constexpr int64_t kSeed = 0;
@@ -67,6 +71,34 @@ struct DigitsNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(DigitsNet);
 
+/// at::autocast on the CPU in `dtype` while alive (enabled = false: a no-op), as
+/// torch.autocast("cpu", dtype) in Python: linear layers run in the low dtype, each customop op
+/// by its declared policy (customop/autocast.h).
+class CpuAutocast {
+ public:
+  CpuAutocast(bool enabled, c10::ScalarType dtype)
+      : enabled_(enabled),
+        was_(at::autocast::is_autocast_enabled(at::kCPU)),
+        dtype_(at::autocast::get_autocast_dtype(at::kCPU)) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocast() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCPU, was_);
+    at::autocast::set_autocast_dtype(at::kCPU, dtype_);
+  }
+  CpuAutocast(const CpuAutocast&) = delete;
+  CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+ private:
+  bool enabled_, was_;
+  c10::ScalarType dtype_;
+};
+
 /// Names of the autograd nodes reachable from `root` that come from customop formulas.
 std::unordered_set<std::string> customop_nodes(const at::Tensor& root) {
   std::unordered_set<std::string> names;
@@ -84,12 +116,18 @@ int run(const std::map<std::string, std::string>& flags) {
   const int64_t epochs = std::stoll(flags.at("epochs"));
   const std::filesystem::path out = flags.at("out");
   std::filesystem::create_directories(out);
+  const std::string autocast = flags.at("autocast");
+  if (autocast != "none" && autocast != "bfloat16") {
+    throw std::invalid_argument("--autocast must be none or bfloat16, got '" + autocast + "'");
+  }
+  const bool mixed = autocast == "bfloat16";
+  const std::string suffix = mixed ? "_autocast" : "";
 
   torch::manual_seed(kSeed);
   DigitsNet model;
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(kLr));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(kSeed);
-  std::ofstream csv(out / "losses_frontend.csv");
+  std::ofstream csv(out / ("losses_frontend" + suffix + ".csv"));
   csv << "epoch,train_loss,test_accuracy\n";
 
   std::unordered_set<std::string> backward_nodes;
@@ -101,7 +139,11 @@ int run(const std::map<std::string, std::string>& flags) {
     double total = 0.0;
     for (int64_t i = 0; i < x_tr.size(0); i += kBatch) {
       const at::Tensor idx = perm.slice(0, i, std::min(i + kBatch, x_tr.size(0)));
-      const at::Tensor loss = model->loss(x_tr.index_select(0, idx), y_tr.index_select(0, idx));
+      at::Tensor loss;
+      {
+        CpuAutocast ac(mixed, at::kBFloat16);
+        loss = model->loss(x_tr.index_select(0, idx), y_tr.index_select(0, idx));
+      }
       if (backward_nodes.empty()) backward_nodes = customop_nodes(loss);
       opt.zero_grad();
       loss.backward();
@@ -112,6 +154,7 @@ int run(const std::map<std::string, std::string>& flags) {
     model->eval();
     {
       torch::NoGradGuard no_grad;
+      CpuAutocast ac(mixed, at::kBFloat16);
       test_acc = customop::examples::accuracy(model->forward(x_te), y_te);
     }
     csv << epoch << "," << train_loss << "," << test_acc << "\n";
@@ -119,15 +162,15 @@ int run(const std::map<std::string, std::string>& flags) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::cout << "C++ frontend model: held-out accuracy " << test_acc << " (" << x_te.size(0)
-            << " images), " << epochs << " epochs in " << seconds << " s, final train loss "
-            << train_loss << "\n"
+  std::cout << "C++ frontend model" << (mixed ? " (at::autocast cpu bfloat16)" : "")
+            << ": held-out accuracy " << test_acc << " (" << x_te.size(0) << " images), " << epochs
+            << " epochs in " << seconds << " s, final train loss " << train_loss << "\n"
             << "autograd nodes from customop's registered backward formulas:";
   for (const auto& name : backward_nodes) std::cout << "\n  " << name;
   std::cout << "\n";
   const bool ok = test_acc >= std::stod(flags.at("min-accuracy")) && !backward_nodes.empty();
   customop::examples::write_summary(
-      (out / "frontend_train.json").string(),
+      (out / ("frontend_train" + suffix + ".json")).string(),
       {{"test_accuracy", test_acc},
        {"train_seconds", seconds},
        {"epochs", static_cast<double>(epochs)},
@@ -143,8 +186,12 @@ int run(const std::map<std::string, std::string>& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto flags = customop::examples::parse_flags(
-      argc, argv, kUsage, {{"data", ""}, {"out", "."}, {"epochs", "40"}, {"min-accuracy", "0.95"}});
+  const auto flags = customop::examples::parse_flags(argc, argv, kUsage,
+                                                     {{"data", ""},
+                                                      {"out", "."},
+                                                      {"epochs", "40"},
+                                                      {"min-accuracy", "0.95"},
+                                                      {"autocast", "none"}});
   if (flags.at("data").empty()) {
     std::cerr << "digits_frontend_train: --data is required\n" << kUsage;
     return 2;

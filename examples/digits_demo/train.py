@@ -5,6 +5,8 @@ TorchScript module, and exports what the C++ programs need.
 
 Writes to DIR: digits_model.pt (the trained scripted model), digits_model.pt2 (the same
 weights through torch.export with a dynamic batch dim and AOTInductor, for aoti_eval),
+digits_model_autocast.pt2 (the model trained again under torch.autocast("cpu", bfloat16),
+exported with its autocast region), losses_autocast.csv,
 digits_data.pt (the train/test split, the model's held-out probabilities (TorchScript and
 AOTI) and one batch's gradients, for load_and_eval, aoti_eval and frontend_train),
 losses_torchscript.csv, train_torchscript.json and loss_curve.png.
@@ -88,7 +90,10 @@ def load_split():
     return tuple(torch.from_numpy(a) for a in (x_tr, y_tr, x_te, y_te))
 
 
-def train(model, x_tr, y_tr, x_te, y_te):
+def train(model, x_tr, y_tr, x_te, y_te, autocast: bool = False):
+    """The recipe; `autocast`: forward and loss under torch.autocast("cpu", torch.bfloat16)
+    (the linear layers run in bfloat16, each customop op by its declared policy), backward
+    and the Adam step outside it, parameters kept in float32."""
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     gen = torch.Generator().manual_seed(SEED)
     history = []
@@ -98,14 +103,15 @@ def train(model, x_tr, y_tr, x_te, y_te):
         total, n = 0.0, 0
         for i in range(0, len(x_tr), BATCH):
             idx = perm[i:i + BATCH]
-            loss = model.loss(x_tr[idx], y_tr[idx])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model.loss(x_tr[idx], y_tr[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
             n += len(idx)
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             acc = (model(x_te).argmax(1) == y_te).double().mean().item()
         history.append((epoch, total / n, acc))
     return history
@@ -122,15 +128,30 @@ class Inference(torch.nn.Module):
         return self.net(x, None)
 
 
-def export_aoti(scripted, x_example: torch.Tensor, path: pathlib.Path) -> torch.Tensor:
+class AutocastInference(torch.nn.Module):
+    """DigitsNet's forward under torch.autocast("cpu", torch.bfloat16), probabilities in
+    float32: the mixed-precision model as torch.export captures it (wrap_with_autocast)."""
+
+    def __init__(self, net: DigitsNet):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.net(x, None).float()
+
+
+def export_aoti(scripted, x_example: torch.Tensor, path: pathlib.Path,
+                autocast: bool = False) -> torch.Tensor:
     """torch.export (batch dim dynamic) + AOTInductor package of the trained weights; returns
     the package's held-out probabilities as Python computes them (the C++ loader compares)."""
     net = DigitsNet()
     net.load_state_dict(scripted.state_dict())
     net.eval()
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    wrapper = AutocastInference(net) if autocast else Inference(net)
     with torch.no_grad():
-        program = torch.export.export(Inference(net), (x_example[:8],),
+        program = torch.export.export(wrapper, (x_example[:8],),
                                       dynamic_shapes={"x": {0: batch}})
         package = torch._inductor.aoti_compile_and_package(program, package_path=str(path))
         return torch._inductor.aoti_load_package(package)(x_example)
@@ -173,12 +194,25 @@ def main(argv=None):
     aoti_acc = (aoti_probs.argmax(1) == y_te).double().mean().item()
     aoti_diff = (aoti_probs - probs).abs().max().item()
 
+    # Mixed precision: the same recipe under torch.autocast("cpu", torch.bfloat16), an eager
+    # module (TorchScript does not script autocast regions), and its AOTI package.
+    torch.manual_seed(SEED)
+    mixed = DigitsNet()
+    t0 = time.perf_counter()
+    mixed_history = train(mixed, x_tr, y_tr, x_te, y_te, autocast=True)
+    mixed_s = time.perf_counter() - t0
+    mixed_acc = mixed_history[-1][2]
+    mixed_aoti_path = out / "digits_model_autocast.pt2"
+    mixed_aoti_probs = export_aoti(mixed, x_te, mixed_aoti_path, autocast=True)
+    mixed_aoti_acc = (mixed_aoti_probs.argmax(1) == y_te).double().mean().item()
+
     # One batch's gradients, for the C++ loader to compare against.
     model.train()
     model.zero_grad()
     model.loss(x_tr[:GRAD_BATCH], y_tr[:GRAD_BATCH]).backward()
     tensors = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te,
-               "py_probs_test": probs, "py_aoti_probs_test": aoti_probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
+               "py_probs_test": probs, "py_aoti_probs_test": aoti_probs,
+               "py_aoti_autocast_probs_test": mixed_aoti_probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
                "y_grad": y_tr[:GRAD_BATCH].clone()}
     for name, param in model.named_parameters():
         tensors["grad." + name] = param.grad.detach().clone()
@@ -187,10 +221,16 @@ def main(argv=None):
     with open(out / "losses_torchscript.csv", "w") as f:
         f.write("epoch,train_loss,test_accuracy\n")
         f.writelines(f"{e},{l:.6f},{a:.6f}\n" for e, l, a in history)
+    with open(out / "losses_autocast.csv", "w") as f:
+        f.write("epoch,train_loss,test_accuracy\n")
+        f.writelines(f"{e},{l:.6f},{a:.6f}\n" for e, l, a in mixed_history)
     summary = {"test_accuracy": acc, "n_train": len(x_tr), "n_test": len(x_te), "epochs": EPOCHS,
                "train_seconds": train_s, "final_train_loss": history[-1][1],
                "max_abs_diff_reload": reload_diff, "aoti_test_accuracy": aoti_acc,
-               "aoti_max_abs_diff_vs_torchscript": aoti_diff, "aoti_export_compile_seconds": aoti_s}
+               "aoti_max_abs_diff_vs_torchscript": aoti_diff, "aoti_export_compile_seconds": aoti_s,
+               "autocast_test_accuracy": mixed_acc, "autocast_train_seconds": mixed_s,
+               "autocast_final_train_loss": mixed_history[-1][1],
+               "autocast_aoti_test_accuracy": mixed_aoti_acc}
     (out / "train_torchscript.json").write_text(json.dumps(summary, indent=1) + "\n")
     sys.path.insert(0, str(HERE))
     from plot_losses import plot
@@ -199,7 +239,10 @@ def main(argv=None):
           f"{EPOCHS} epochs in {train_s:.1f} s, final train loss {history[-1][1]:.4f}")
     print(f"AOTInductor package (torch.export, dynamic batch): held-out accuracy {aoti_acc:.4f}, "
           f"max |AOTI - TorchScript| {aoti_diff:.2e}, export + compile {aoti_s:.1f} s")
-    print(f"saved {model_path}, {aoti_path}, {out / 'digits_data.pt'}, {png}")
+    print(f"Mixed precision (torch.autocast cpu bfloat16, eager): held-out accuracy {mixed_acc:.4f} "
+          f"(float32 TorchScript above: {acc:.4f}), {EPOCHS} epochs in {mixed_s:.1f} s; its AOTI "
+          f"package: accuracy {mixed_aoti_acc:.4f}")
+    print(f"saved {model_path}, {aoti_path}, {mixed_aoti_path}, {out / 'digits_data.pt'}, {png}")
     return 0
 
 
