@@ -72,19 +72,24 @@ def _options(caller: str, eps, atol, rtol, nondet_tol, check_undefined_grad, fas
 
 def _refuse_unjudgeable(caller: str, name: str, inputs, outputs) -> None:
     """NotImplementedError for what the harness cannot judge: complex inputs or outputs
-    (Wirtinger derivatives), and float16/bfloat16 ones (finite differences cannot judge them;
-    customop's low-precision rule is not built yet)."""
+    (Wirtinger derivatives), and float16/bfloat16 outputs of a function whose inputs are not
+    float16/bfloat16 (the low-precision rule compares low-precision inputs' runs; finite
+    differences cannot judge such outputs). float16/bfloat16 inputs are judged by the
+    low-precision rule (README "Low precision"), against the function's own float64 run."""
+    low = (torch.float16, torch.bfloat16)
+    low_inputs = False
     for t in _callable.tensor_leaves(inputs):
-        if t.requires_grad and (t.is_complex() or t.dtype in (torch.float16, torch.bfloat16)):
+        if t.requires_grad and t.is_complex():
             raise NotImplementedError(
                 f"customop.gradcheck.{caller}({name}): an input of dtype {t.dtype} requires grad; "
-                f"{'complex derivatives' if t.is_complex() else 'low-precision inputs'} are not "
-                f"judged here (use float64 or float32{', or torch.autograd.gradcheck' if t.is_complex() else ''})")
+                f"complex derivatives are not judged here (use float64 or float32, or "
+                f"torch.autograd.gradcheck)")
+        low_inputs = low_inputs or (t.requires_grad and t.dtype in low)
     for t in outputs:
-        if t.requires_grad and (t.is_complex() or t.dtype in (torch.float16, torch.bfloat16)):
+        if t.requires_grad and (t.is_complex() or (t.dtype in low and not low_inputs)):
             raise NotImplementedError(
                 f"customop.gradcheck.{caller}({name}): an output of dtype {t.dtype} requires "
-                f"grad; {'complex outputs' if t.is_complex() else 'low-precision outputs'} are "
+                f"grad; {'complex outputs' if t.is_complex() else 'low-precision outputs of higher-precision inputs'} are "
                 f"not judged here")
 
 
@@ -145,7 +150,10 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     exception, or False. KeyboardInterrupt and SystemExit propagate.
     Raises ValueError when no tensor input requires grad, when an input that does overlaps in
     memory or has a stride-0 dim, or for a bad eps/atol/rtol/nondet_tol;
-    NotImplementedError for complex or float16/bfloat16 inputs or outputs that require grad.
+    NotImplementedError for complex inputs or outputs that require grad, and float16/bfloat16
+    outputs of float32/float64 inputs. float16/bfloat16 inputs are judged by the low-precision
+    rule against func's own float64 run (README "Low precision"; second order: the float64
+    run only).
     Example:
         gradcheck(torch.sin, (torch.randn(4, dtype=torch.float64, requires_grad=True),))
     """

@@ -312,8 +312,10 @@ def test_bad_keywords_and_unjudgeable_dtypes_are_refused_by_name():
     assert gc.gradcheck(torch.sin, (x,), check_batched_grad=None, check_backward_ad=1)
     with pytest.raises(NotImplementedError, match="complex128 requires grad"):
         gc.gradcheck(torch.sin, (torch.randn(3, dtype=torch.complex128, requires_grad=True),))
-    with pytest.raises(NotImplementedError, match="bfloat16 requires grad"):
-        gc.gradcheck(torch.sin, (leaf(3, dtype=torch.bfloat16),))
+    # bfloat16 inputs: the low-precision rule (torch.sin in bfloat16 against its float64 run).
+    assert gc.gradcheck(torch.sin, (leaf(3, dtype=torch.bfloat16),))
+    with pytest.raises(NotImplementedError, match="low-precision outputs of higher-precision"):
+        gc.gradcheck(lambda a: a.to(torch.bfloat16), (x,))
     with pytest.raises(NotImplementedError, match="an output of dtype torch.complex128"):
         gc.gradcheck(lambda a: a * (1 + 1j), (x,))
     with pytest.raises(ValueError, match="returned no tensor that requires grad"):
