@@ -218,6 +218,7 @@ std::string format_summary(const RunSummary& summary) {
     int passed = 0, failed = 0, skipped = 0, errors = 0;
     int64_t forward = 0, vjp = 0;
     std::string reason;
+    std::string rule;  // what judged the cases: finite differences or the low-precision rule
   };
   std::vector<std::tuple<std::string, std::string, std::string, std::string>> order;
   std::map<std::tuple<std::string, std::string, std::string, std::string>, Row> rows;
@@ -239,18 +240,30 @@ std::string format_summary(const RunSummary& summary) {
     }
     row.forward += c.result.counts.forward_calls;
     row.vjp += c.result.counts.vjp_calls;
+    if (c.status == CaseStatus::kPassed || c.status == CaseStatus::kFailed) {
+      const std::string rule = c.result.precision_rule.empty()
+                                   ? "finite differences"
+                                   : "low precision, " + c.result.precision_rule;
+      if (row.rule.empty()) {
+        row.rule = rule;
+      } else if (row.rule != rule && row.rule.find(rule) == std::string::npos) {
+        row.rule += " / " + rule;
+      }
+    }
   }
   std::size_t w = 10;
   for (const auto& k : order) w = std::max(w, std::get<0>(k).size() + 2);
   std::ostringstream os;
   os << pad("op", w) << pad("device", 8) << pad("dtype", 9) << pad("mode", 6) << pad("pass", 6)
-     << pad("fail", 6) << pad("skip", 6) << pad("error", 7) << pad("forward", 9) << "vjp\n";
+     << pad("fail", 6) << pad("skip", 6) << pad("error", 7) << pad("forward", 9) << pad("vjp", 8)
+     << "rule\n";
   for (const auto& k : order) {
     const Row& r = rows[k];
     os << pad(std::get<0>(k), w) << pad(std::get<1>(k), 8) << pad(std::get<2>(k), 9)
        << pad(std::get<3>(k), 6) << pad(std::to_string(r.passed), 6)
        << pad(std::to_string(r.failed), 6) << pad(std::to_string(r.skipped), 6)
-       << pad(std::to_string(r.errors), 7) << pad(std::to_string(r.forward), 9) << r.vjp;
+       << pad(std::to_string(r.errors), 7) << pad(std::to_string(r.forward), 9)
+       << pad(std::to_string(r.vjp), 8) << r.rule;
     if (r.skipped && !r.reason.empty() && r.passed + r.failed + r.errors == 0) {
       os << "  (" << r.reason << ")";
     }
