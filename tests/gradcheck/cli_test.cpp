@@ -193,6 +193,7 @@ TEST(Cli, SpecReferenceJudgesTheLowPrecisionRun) {
   write("aten::exp");
   CliRun r = cli("--samples '" + spec + "' --device cpu --dtype bfloat16,float16");
   EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("low precision, reference"));  // the summary's rule column
   write("aten::exp2");
   r = cli("--samples '" + spec + "' --device cpu --dtype bfloat16");
   EXPECT_EQ(r.code, 1) << r.out;

@@ -248,15 +248,16 @@ bool check_float64_run(const BoxedFunction& fn, const torch::jit::Stack& args,
   return ran;
 }
 
-std::string wrong_dtype_message(const std::string& dt, const std::string& what,
-                                const std::string& got) {
+/// "<dt> <what> is <got>, not <want>".
+std::string mismatch_message(const std::string& dt, const std::string& what, const std::string& got,
+                             const std::string& want) {
   std::string m = dt;
   m += " ";
   m += what;
   m += " is ";
   m += got;
   m += ", not ";
-  m += dt;
+  m += want;
   return m;
 }
 
@@ -371,7 +372,16 @@ void check_low_precision(const BoxedFunction& fn, const torch::jit::Stack& args,
       LowPrecisionReport rep{
           .what = what, .input = static_cast<int>(j), .passed = false, .failed_rule = "metadata"};
       add_failure(r, Check::kGradMetadata, false, -1, static_cast<int>(j),
-                  wrong_dtype_message(dt, what, dtype_name(lo.grad_dtypes[j])));
+                  mismatch_message(dt, what, dtype_name(lo.grad_dtypes[j]), dt));
+      r.low_precision.push_back(std::move(rep));
+      continue;
+    }
+    if (lo.grads[j].defined() && lo.grads[j].sizes() != point[j].sizes()) {
+      LowPrecisionReport rep{
+          .what = what, .input = static_cast<int>(j), .passed = false, .failed_rule = "metadata"};
+      add_failure(r, Check::kGradMetadata, false, -1, static_cast<int>(j),
+                  mismatch_message(dt, what, "of shape " + format_sizes(lo.grads[j].sizes()),
+                                   format_sizes(point[j].sizes())));
       r.low_precision.push_back(std::move(rep));
       continue;
     }
