@@ -26,6 +26,12 @@ using acc_t = at::opmath_type<T>;
 template <class T>
 inline constexpr bool kReduced = !std::is_same_v<acc_t<T>, T>;
 
+// NB: VecIO names at::vec::Vectorized, whose type differs per build (ATen's inline namespace
+// CPU_CAPABILITY): it lives in each build's own namespace, or the builds' instantiations
+// would share one mangled name and the linker would keep one of them for all (an ODR
+// violation that reads AVX-512 lanes through a baseline vector when not inlined).
+namespace CUSTOMOP_CPU_CAPABILITY {
+
 template <class T>
 struct VecIO {
   using Acc = acc_t<T>;
@@ -75,4 +81,5 @@ struct VecIO {
   }
 };
 
+}  // namespace CUSTOMOP_CPU_CAPABILITY
 }  // namespace customop::ops::cpu
