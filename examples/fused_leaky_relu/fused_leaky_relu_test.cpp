@@ -91,6 +91,41 @@ TEST_P(FusedLeakyRelu, BadBiasIsRefusedNamingIt) {
   }
 }
 
+// float16/bfloat16: values rounded once from the float computation; grad_bias summed in float
+// (a sum of 2^15 grads accumulated in the 16-bit type would stall far below the true sum); the
+// low-precision gradcheck (against the op's own float64 run) passes.
+TEST_P(FusedLeakyRelu, SixteenBitKernelsRoundOnceAndSumInFloat) {
+  flrelu::fused_bias_leaky_relu_op();
+  for (const auto dtype : {at::kHalf, at::kBFloat16}) {
+    const double u = dtype == at::kHalf ? 0x1p-11 : 0x1p-8;  // unit roundoff
+    auto [x64, bias64] = inputs({64, 2, 512}, false);
+    const at::Tensor x = x64.detach().to(dtype).requires_grad_();
+    const at::Tensor bias = bias64.detach().to(dtype).requires_grad_();
+    const at::Tensor y = call(GetParam(), x, bias);
+    ASSERT_EQ(y.scalar_type(), dtype);
+    const at::Tensor exact = composite(x.detach().to(at::kDouble), bias.detach().to(at::kDouble));
+    // One rounding of the float result: |y - exact| <= u |exact| (+ float's own error).
+    EXPECT_TRUE(((y.to(at::kDouble) - exact).abs() <= exact.abs() * (u * 1.001) + 1e-30)
+                    .all()
+                    .item<bool>())
+        << dtype;
+    const at::Tensor w = at::ones_like(y);
+    const auto g = torch::autograd::grad({y}, {x, bias}, {w});
+    const at::Tensor slope =
+        at::where(exact > 0, at::ones_like(exact), at::full_like(exact, kSlope)) * kScale;
+    const at::Tensor want_bias = slope.sum(at::IntArrayRef{0, 2});
+    EXPECT_TRUE(at::allclose(g[1].to(at::kDouble), want_bias, 2 * u, 0))
+        << dtype << ": grad_bias " << g[1] << " vs " << want_bias;
+    const torch::jit::Stack args{x.detach().narrow(2, 0, 8).contiguous().requires_grad_(),
+                                 bias.detach().requires_grad_(), kSlope, kScale};
+    const auto& h = c10::Dispatcher::singleton().findSchemaOrThrow(
+        (GetParam() + "::fused_bias_leaky_relu").c_str(), "");
+    const auto r = customop::gradcheck::gradcheck(h, args);
+    EXPECT_TRUE(r.passed) << r.message();
+    EXPECT_EQ(r.precision_rule, "no reference");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Registrations, FusedLeakyRelu,
                          ::testing::Values("flrelu", "flrelu_by_hand"),
                          [](const auto& info) { return info.param; });

@@ -5,14 +5,26 @@
 //
 // Tensors are contiguous and viewed as [outer, channels, inner]: x of shape [N, C, *] has
 // outer = N, channels = C, inner = the product of the trailing dims; the bias is [C].
+//
+// Element types: float64, float32, and 16-bit types (float16, bfloat16) that convert to and from
+// float. Each element is computed in acc_t<T> and rounded once on store; grad_bias is summed in
+// acc_t<T> over all of outer and inner and rounded once at the end. The CPU kernels are
+// instantiated for c10::Half/c10::BFloat16 (kernels_cpu_16bit.cpp), the CUDA ones for
+// __half/__nv_bfloat16 (the same layout; tensor_kernels.cpp casts the pointers).
 
 #include <cstdint>
+#include <type_traits>
 
 #ifdef FLRELU_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 namespace flrelu {
+
+/// The type a kernel computes and accumulates in: float for 16-bit element types (as
+/// at::opmath_type), the element type itself for float and double.
+template <class T>
+using acc_t = std::conditional_t<(sizeof(T) < sizeof(float)), float, T>;
 
 /// out = scale * leaky_relu(x + bias, negative_slope), bias broadcast over dim 1.
 template <class T>
@@ -21,7 +33,7 @@ struct ForwardParams {
   const T* bias;
   T* out;
   int64_t outer, channels, inner;
-  T negative_slope, scale;
+  acc_t<T> negative_slope, scale;
 };
 
 /// grad_x = grad * scale * (out > 0 ? 1 : negative_slope), the mask read off the output as in
@@ -34,7 +46,7 @@ struct BackwardParams {
   T* grad_x;
   T* grad_bias;
   int64_t outer, channels, inner;
-  T negative_slope, scale;
+  acc_t<T> negative_slope, scale;
 };
 
 template <class T>

@@ -12,6 +12,8 @@
 #ifdef FLRELU_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #endif
 
 namespace flrelu {
@@ -28,8 +30,9 @@ void check_values(const char* op, double negative_slope, double scale) {
 
 void check_forward(const at::Tensor& x, const at::Tensor& bias, double negative_slope,
                    double scale) {
-  TORCH_CHECK_TYPE(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, kForward,
-                   ": x must be float32 or float64, but got ", x.scalar_type());
+  const at::ScalarType t = x.scalar_type();
+  TORCH_CHECK_TYPE(t == at::kDouble || t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+                   kForward, ": x must be float16, bfloat16, float32 or float64, but got ", t);
   TORCH_CHECK_TYPE(bias.scalar_type() == x.scalar_type(), kForward, ": bias must have x's dtype ",
                    x.scalar_type(), ", but got ", bias.scalar_type());
   TORCH_CHECK(bias.device() == x.device(), kForward, ": bias must be on x's device ", x.device(),
@@ -74,13 +77,42 @@ void run_cpu(const BackwardParams<T>& p) {
   backward_cpu(p);
 }
 #ifdef FLRELU_WITH_CUDA
+// The CUDA kernels take CUDA's own 16-bit types, of the same layout as c10's.
+template <class T>
+struct CudaScalar {
+  using type = T;
+};
+template <>
+struct CudaScalar<c10::Half> {
+  using type = __half;
+};
+template <>
+struct CudaScalar<c10::BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <class T>
+using cuda_t = typename CudaScalar<T>::type;
+
 template <class T>
 cudaError_t run_cuda(const ForwardParams<T>& p, cudaStream_t stream) {
-  return forward_cuda(p, stream);
+  using D = cuda_t<T>;
+  static_assert(sizeof(D) == sizeof(T) && alignof(D) == alignof(T));
+  const ForwardParams<D> d{reinterpret_cast<const D*>(p.x), reinterpret_cast<const D*>(p.bias),
+                           reinterpret_cast<D*>(p.out),      p.outer,
+                           p.channels,                       p.inner,
+                           p.negative_slope,                 p.scale};
+  return forward_cuda(d, stream);
 }
 template <class T>
 cudaError_t run_cuda(const BackwardParams<T>& p, cudaStream_t stream) {
-  return backward_cuda(p, stream);
+  using D = cuda_t<T>;
+  static_assert(sizeof(D) == sizeof(T) && alignof(D) == alignof(T));
+  const BackwardParams<D> d{reinterpret_cast<const D*>(p.grad), reinterpret_cast<const D*>(p.out),
+                            reinterpret_cast<D*>(p.grad_x),     reinterpret_cast<D*>(p.grad_bias),
+                            p.outer,                            p.channels,
+                            p.inner,                            p.negative_slope,
+                            p.scale};
+  return backward_cuda(d, stream);
 }
 #endif
 
@@ -110,15 +142,15 @@ at::Tensor fused_forward(const at::Tensor& x_in, const at::Tensor& bias_in, doub
   const at::Tensor bias = bias_in.contiguous();
   at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
   const Dims d = dims_of(x);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kForward, [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), kForward, [&] {
     const ForwardParams<scalar_t> p{x.const_data_ptr<scalar_t>(),
                                     bias.const_data_ptr<scalar_t>(),
                                     out.mutable_data_ptr<scalar_t>(),
                                     d.outer,
                                     d.channels,
                                     d.inner,
-                                    static_cast<scalar_t>(negative_slope),
-                                    static_cast<scalar_t>(scale)};
+                                    static_cast<acc_t<scalar_t>>(negative_slope),
+                                    static_cast<acc_t<scalar_t>>(scale)};
     launch(kForward, x.device(), p);
   });
   return out;
@@ -135,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor> fused_backward(const at::Tensor& grad_in,
   const Dims d = dims_of(out);
   TORCH_CHECK(d.channels < (int64_t{1} << 31), kBackward, ": at most 2^31 - 1 channels, got ",
               d.channels);
-  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), kBackward, [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), kBackward, [&] {
     const BackwardParams<scalar_t> p{grad.const_data_ptr<scalar_t>(),
                                      out.const_data_ptr<scalar_t>(),
                                      grad_x.mutable_data_ptr<scalar_t>(),
@@ -143,8 +175,8 @@ std::tuple<at::Tensor, at::Tensor> fused_backward(const at::Tensor& grad_in,
                                      d.outer,
                                      d.channels,
                                      d.inner,
-                                     static_cast<scalar_t>(negative_slope),
-                                     static_cast<scalar_t>(scale)};
+                                     static_cast<acc_t<scalar_t>>(negative_slope),
+                                     static_cast<acc_t<scalar_t>>(scale)};
     launch(kBackward, out.device(), p);
   });
   return {grad_x, grad_bias};

@@ -30,12 +30,14 @@ def _inputs(shape=(4, 3, 5), dtype=torch.float64, seed=0):
     return x, bias
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("ns", NAMESPACES)
-def test_opcheck(ns):
-    x, bias = _inputs()
+def test_opcheck(ns, dtype):
+    x, bias = _inputs(dtype=dtype)
     torch.library.opcheck(_op(ns), (x, bias, 0.2, 2.0 ** 0.5))
     backward = getattr(torch.ops, ns).fused_bias_leaky_relu_backward.default
     out = _op(ns)(x.detach(), bias.detach())
+    assert out.dtype == dtype
     torch.library.opcheck(backward, (torch.randn_like(out).requires_grad_(), out, 0.2, 2.0 ** 0.5))
 
 

@@ -1,4 +1,4 @@
-// PNG heatmaps of |numerical - analytical| (libpng).
+// PNG heatmaps of |numerical - analytical| and of low-precision errors |low - precise| (libpng).
 
 #include <customop/gradcheck/report.h>
 
@@ -52,27 +52,15 @@ void write_rgb_png(const std::string& path, int width, int height,
   png_destroy_write_struct(&png, &info);
 }
 
-}  // namespace
-
-void write_heatmap_png(const PairReport& pair, const Tolerances& tol, const std::string& path) {
-  TORCH_CHECK_VALUE(pair.numerical.defined() && pair.analytical.defined(),
-                    "write_heatmap_png: the pair (output ", pair.output, ", input ", pair.input,
-                    " ('", pair.input_name,
-                    "')) holds no Jacobians (it passed, or had more "
-                    "than 2^22 entries; set keep_jacobians to keep them)");
-  const at::Tensor num = pair.numerical.to(at::kDouble).contiguous();
-  const at::Tensor ana = pair.analytical.to(at::kDouble).contiguous();
-  const int64_t rows = num.size(0), cols = num.size(1);
-  TORCH_CHECK_VALUE(rows > 0 && cols > 0, "write_heatmap_png: the Jacobian is empty");
-  at::Tensor err = (ana - num).abs();
-  err = at::where(at::isnan(err), at::full_like(err, INFINITY), err);
-  const at::Tensor limit = pair.tolerance.defined() && pair.tolerance.sizes() == num.sizes()
-                               ? pair.tolerance.to(at::kDouble)
-                               : tol.atol + tol.rtol * num.abs();
-  const at::Tensor bad = (err <= limit).logical_not();
+// Draws a [rows, cols] grid of errors `err` (float64, +inf for non-finite) with the cells
+// flagged in `bad` in red; grey level = sqrt(error / largest finite error).
+void draw_grid(const at::Tensor& err_in, const at::Tensor& bad_in, const std::string& path) {
+  const at::Tensor err = err_in.contiguous();
+  const at::Tensor bad = bad_in.contiguous();
+  const int64_t rows = err.size(0), cols = err.size(1);
   const at::Tensor finite = at::where(at::isinf(err), at::zeros_like(err), err);
   const double top = std::max(finite.max().item<double>(), 1e-300);
-  // Cells up to 32 pixels, images of about 1024 pixels a side (more for huge Jacobians).
+  // Cells up to 32 pixels, images of about 1024 pixels a side (more for huge grids).
   const int64_t cell = std::clamp<int64_t>(1024 / std::max(rows, cols), 1, 32);
   const int64_t width = cols * cell, height = rows * cell;
   std::vector<unsigned char> rgb(static_cast<std::size_t>(width * height * 3));
@@ -101,6 +89,37 @@ void write_heatmap_png(const PairReport& pair, const Tolerances& tol, const std:
   write_rgb_png(path, static_cast<int>(width), static_cast<int>(height), rgb);
 }
 
+}  // namespace
+
+void write_heatmap_png(const PairReport& pair, const Tolerances& tol, const std::string& path) {
+  TORCH_CHECK_VALUE(pair.numerical.defined() && pair.analytical.defined(),
+                    "write_heatmap_png: the pair (output ", pair.output, ", input ", pair.input,
+                    " ('", pair.input_name,
+                    "')) holds no Jacobians (it passed, or had more "
+                    "than 2^22 entries; set keep_jacobians to keep them)");
+  const at::Tensor num = pair.numerical.to(at::kDouble).contiguous();
+  const at::Tensor ana = pair.analytical.to(at::kDouble).contiguous();
+  TORCH_CHECK_VALUE(num.size(0) > 0 && num.size(1) > 0, "write_heatmap_png: the Jacobian is empty");
+  at::Tensor err = (ana - num).abs();
+  err = at::where(at::isnan(err), at::full_like(err, INFINITY), err);
+  const at::Tensor limit = pair.tolerance.defined() && pair.tolerance.sizes() == num.sizes()
+                               ? pair.tolerance.to(at::kDouble)
+                               : tol.atol + tol.rtol * num.abs();
+  draw_grid(err, (err <= limit).logical_not(), path);
+}
+
+void write_heatmap_png(const LowPrecisionReport& rep, const std::string& path) {
+  TORCH_CHECK_VALUE(rep.error.defined(), "write_heatmap_png: the low-precision comparison of ",
+                    rep.what, " holds no error tensor (it passed, or failed on metadata)");
+  TORCH_CHECK_VALUE(rep.error.numel() > 0, "write_heatmap_png: ", rep.what, " is empty");
+  at::Tensor err = rep.error.to(at::kDouble);
+  // Rows: every dim but the last; columns: the last (a 0-d or 1-d tensor is one row).
+  err = err.dim() == 0 ? err.reshape({1, 1}) : err.reshape({-1, err.size(-1)});
+  err = at::where(at::isnan(err), at::full_like(err, INFINITY), err);
+  // Red: above the max bound, or not finite where the precise run is.
+  draw_grid(err, (err <= rep.max_bound).logical_not(), path);
+}
+
 std::vector<std::string> write_heatmaps(const RunSummary& summary, const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::vector<std::string> written;
@@ -127,6 +146,17 @@ std::vector<std::string> write_heatmaps(const RunSummary& summary, const std::st
         write_heatmap_png(p, c.result.tolerances, path);
         written.push_back(path);
       }
+    }
+    for (const auto& lp : c.result.low_precision) {
+      if (lp.passed || !lp.error.defined() || lp.error.numel() == 0) continue;
+      const std::string which =
+          lp.output >= 0 ? "_out" + std::to_string(lp.output) : "_grad" + std::to_string(lp.input);
+      const std::string name = clean(c.op) + "_" + clean(c.device) + "_" + c.dtype + "_" +
+                               clean(c.label) + "_row" + std::to_string(k) + "_low_precision" +
+                               which + ".png";
+      const std::string path = (std::filesystem::path(dir) / name).string();
+      write_heatmap_png(lp, path);
+      written.push_back(path);
     }
   }
   return written;

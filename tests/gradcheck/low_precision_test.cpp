@@ -6,12 +6,16 @@
 // cannot see the flaw.
 
 #include <customop/gradcheck/gradcheck.h>
+#include <customop/gradcheck/report.h>
+#include <customop/gradcheck/runner.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -363,6 +367,27 @@ TEST(LowPrecision, ReportNamesTheGradTheElementAndTheBaselines) {
   ASSERT_EQ(r.low_precision.size(), 2u);  // output 'y', grad of 'x0'
   EXPECT_TRUE(r.low_precision[0].passed);
   EXPECT_FALSE(r.low_precision[1].passed);
+  // The failed comparison keeps |low - precise| (the grad's shape) for its heatmap; a passed
+  // one keeps nothing.
+  const auto& bad = r.low_precision[1];
+  ASSERT_TRUE(bad.error.defined());
+  EXPECT_EQ(bad.error.sizes(), inputs(c, at::kBFloat16, 0)[0].toTensor().sizes());
+  EXPECT_DOUBLE_EQ(bad.error.max().item<double>(), bad.max_error);
+  EXPECT_FALSE(r.low_precision[0].error.defined());
+  const auto dir = std::filesystem::temp_directory_path() / "customop_low_precision_heatmap";
+  std::filesystem::remove_all(dir);
+  gc::RunSummary summary;
+  summary.cases.push_back({.op = "corpus", .device = "cpu", .dtype = "bfloat16", .label = "one",
+                           .status = gc::CaseStatus::kFailed, .result = r});
+  const auto written = gc::write_heatmaps(summary, dir.string());
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_THAT(written[0], ::testing::HasSubstr("low_precision_grad0"));
+  std::ifstream in(written[0], std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  EXPECT_THROW(gc::write_heatmap_png(r.low_precision[0], (dir / "x.png").string()),
+               c10::ValueError);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <ATen/ops/bernoulli.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/rand.h>
@@ -122,8 +123,10 @@ at::Tensor finite_or_zero(const at::Tensor& t) {
 }
 
 double max_abs(const at::Tensor& t) { return t.numel() ? t.abs().max().item<double>() : 0.0; }
-double rms(const at::Tensor& t) {
-  return t.numel() ? std::sqrt(t.square().mean().item<double>()) : 0.0;
+
+/// |e| on the CPU, +inf where the kernel alone is not finite (a failed report's heatmap).
+at::Tensor keep_error(const at::Tensor& e, const at::Tensor& bad) {
+  return at::where(bad, at::full_like(e, INFINITY), e.abs()).cpu();
 }
 
 /// The verdict on one tensor (options.h: low-precision rule).
@@ -171,6 +174,7 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
     rep.worst_index = unravel(k, low.sizes());
     rep.worst_value = low.flatten()[k].item<double>();
     rep.worst_precise = precise.flatten()[k].item<double>();
+    rep.error = keep_error(e, bad);
     return rep;
   }
   if (flat_e.numel() > 0) {
@@ -187,6 +191,7 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
     rep.failed_rule = "bias";
   }
   rep.passed = rep.failed_rule.empty();
+  if (!rep.passed) rep.error = keep_error(e, bad);
   return rep;
 }
 

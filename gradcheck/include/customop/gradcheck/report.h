@@ -72,7 +72,22 @@ std::string to_json(const RunSummary& summary);
 ///   customop::gradcheck::write_heatmap_png(r.pairs[0], r.tolerances, "pair0.png");
 void write_heatmap_png(const PairReport& pair, const Tolerances& tol, const std::string& path);
 
-/// Writes one heatmap per failing pair of every failed case of a run.
+/// Writes a PNG heatmap of a failed float16/bfloat16 comparison: |low - precise| per element of
+/// the output or grad (rows: all dims but the last, flattened; columns: the last dim), black = 0
+/// to white = the largest error, elements above the max bound or not finite (where the precise
+/// run is) in red.
+/// \param rep   a failed LowPrecisionReport of a result (its `error` tensor is kept)
+/// \param path  the PNG file to write (overwritten)
+/// \returns nothing.
+/// \throws c10::ValueError when the report holds no error tensor (it passed, or failed on
+///         metadata) or the tensor is empty, c10::Error when the file cannot be written.
+/// Example:
+///   for (const auto& lp : r.low_precision)
+///     if (!lp.passed) customop::gradcheck::write_heatmap_png(lp, "low.png");
+void write_heatmap_png(const LowPrecisionReport& rep, const std::string& path);
+
+/// Writes one heatmap per failing pair, and per failed low-precision comparison, of every failed
+/// case of a run.
 /// \param summary  what run_registered_ops or run_spec_cases returned
 /// \param dir      the folder to write into (created if missing)
 /// \returns the paths written

@@ -131,6 +131,9 @@ struct LowPrecisionReport {
   double reference_error = 0;     ///< max |reference in the low dtype - precise|; 0 without one
   double perturbation_error = 0;  ///< max response of the precise run to one rounding of its
                                   ///< inputs and cotangent
+  /// |low - precise| per element, float64 CPU, the tensor's shape (+inf where the kernel alone
+  /// is not finite); kept for failed comparisons only, for heatmaps (write_heatmaps).
+  at::Tensor error;
 };
 
 /// Op evaluations a check spent, to compare with torch.autograd.gradcheck's cost.
