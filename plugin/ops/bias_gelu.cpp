@@ -115,6 +115,9 @@ Op<BiasGeluArgs>& bias_gelu_op() {
 #endif
     o.impl_fake(&bias_gelu_fake);
     o.reference(&bias_gelu_reference);
+    // Sharding: pointwise; bias [D] aligns with input's last dim, so it is sharded with it
+    // and replicated when input is sharded along a leading dim.
+    o.sharding(Sharding::pointwise());
     // Autocast: promote, as torch's pointwise ops over several tensors: autocast hands a
     // low-precision activation beside a float32 bias, and the wider dtype runs on every device.
     o.autocast(AutocastPolicy::kPromote);

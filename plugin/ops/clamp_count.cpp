@@ -103,6 +103,9 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
 #endif
     o.impl_fake(&clamp_count_fake);
     o.reference(&clamp_count_reference);
+    // Sharding: the output is pointwise; `clamped` counts the elements a rank holds, so the
+    // count of a sharded input is the sum over ranks (Partial).
+    o.sharding(Sharding::pointwise().partial_sum("clamped"));
     // Autocast: float32. Comparisons only: float32 holds every float16/bfloat16 value, so the
     // cast changes no result, and every device's kernel takes float32.
     o.autocast(AutocastPolicy::kFloat32);

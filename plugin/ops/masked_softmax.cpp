@@ -109,6 +109,9 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
 #endif
     o.impl_fake(&masked_softmax_fake);
     o.reference(&masked_softmax_reference);
+    // Sharding: independent along every dim but `dim`, which stays whole (the mask, broadcast
+    // to input, is sharded with it).
+    o.sharding(Sharding::reduction("dim"));
     // Autocast: float32, as torch's softmax: exp over a row's range and its sum.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);

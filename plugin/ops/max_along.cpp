@@ -109,6 +109,9 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
 #endif
     o.impl_fake(&max_along_fake);
     o.reference(&max_along_reference);
+    // Sharding: independent along every dim but `dim`; values and indices drop it unless
+    // keepdim (indices are positions along the whole dim, which no rank splits).
+    o.sharding(Sharding::reduction("dim", "keepdim"));
     // Autocast: float32. A max is exact: float32 holds every float16/bfloat16 value, so the cast
     // changes no result, and every device's kernel takes float32.
     o.autocast(AutocastPolicy::kFloat32);

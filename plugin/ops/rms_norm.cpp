@@ -100,6 +100,9 @@ Op<RmsNormArgs>& rms_norm_op() {
 #endif
     o.impl_fake(&rms_norm_fake);
     o.reference(&rms_norm_reference);
+    // Sharding: rows are independent; the normalized last dim stays whole on every rank
+    // (weight [D] aligns with it, so it is replicated).
+    o.sharding(Sharding::reduction({-1}));
     // Autocast: float32, as torch's own norms (layer_norm, group_norm): a mean of squares and
     // its rsqrt want a wide accumulator and range; the output is float32.
     o.autocast(AutocastPolicy::kFloat32);

@@ -103,6 +103,8 @@ Op<WeightedSumArgs>& weighted_sum_op() {
 #endif
     o.impl_fake(&weighted_sum_fake);
     o.reference(&weighted_sum_reference);
+    // Sharding: pointwise over the list's tensors (all of one shape).
+    o.sharding(Sharding::pointwise());
     // Autocast: float32, as torch's sum and cumsum: a sum over the list.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);

@@ -202,6 +202,26 @@ class Op final : public OpCore {
     return *this;
   }
 
+  /// Declares how the op runs on DTensors (customop/sharding.h): pointwise, reduction (fixed
+  /// dims or a dim argument), replicate, or the general form, with partial-sum outputs.
+  /// `import customop` and `customop.load_library` register it with DTensor;
+  /// `customop.gradcheck.check(..., sharding=True)` and `customop-gradcheck --sharding` check
+  /// it against the op on whole tensors.
+  /// \param rule  the rule; argument and return names as the schema spells them
+  /// \param loc   where the declaration is made; named in later errors
+  /// \returns     *this, for chaining
+  /// \throws c10::ValueError naming the op and the argument or return when the rule names an
+  ///         unknown one or one of the wrong type (a dim argument that is not int or int[], a
+  ///         keepdim argument that is not bool, a strategy input that is not a tensor, a
+  ///         strategy with the wrong number of outputs); c10::Error naming both locations when
+  ///         a rule is already declared.
+  /// Example:
+  ///   op.sharding(customop::Sharding::reduction("dim", "keepdim"));
+  Op& sharding(Sharding rule, std::source_location loc = std::source_location::current()) {
+    set_sharding(std::move(rule), loc);
+    return *this;
+  }
+
   /// Registers the first half of the backward formula: `fn(const Args& inputs, const Ret&
   /// output) -> Saved`, run once per forward (never during backward). `Saved` is any
   /// aggregate: its at::Tensor / std::optional<at::Tensor> / std::vector<at::Tensor> fields

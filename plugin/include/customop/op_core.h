@@ -6,6 +6,7 @@
 
 #include <customop/arg_types.h>
 #include <customop/autocast.h>
+#include <customop/sharding.h>
 #include <customop/grads.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -138,6 +139,8 @@ class OpCore {
   const std::vector<ArgSpec>& args() const { return args_; }
   /// The kind of each return, in order (kTensor, kTensorList, kInt, kFloat or kBool).
   const std::vector<ArgKind>& returns() const { return returns_; }
+  /// True for an op that customop::wrap() took from the dispatcher (defined elsewhere).
+  bool wrapped() const { return wrapped_; }
   /// Where `define` (or `wrap`) was called.
   const std::source_location& location() const { return loc_; }
 
@@ -189,6 +192,13 @@ class OpCore {
   /// AutocastCUDA. Throws c10::Error naming the op and both locations when a policy is
   /// already declared, or when the op has an autocast kernel from outside customop.
   void set_autocast(AutocastPolicy policy, std::source_location loc);
+
+  /// The op's DTensor sharding rule (Op::sharding), or nullptr when it declared none.
+  const Sharding* sharding_rule() const { return sharding_ ? &*sharding_ : nullptr; }
+  /// The untyped half of Op::sharding: validates `rule` against the schema and keeps it.
+  /// Throws c10::ValueError naming the op and the argument or return at fault (unknown, or
+  /// of the wrong type), c10::Error naming both locations when a rule is already declared.
+  void set_sharding(Sharding rule, std::source_location loc);
 
  protected:
   /// Parses and validates `schema_text` (the reference's rules) and checks the args-struct
@@ -320,6 +330,8 @@ class OpCore {
   size_t num_tensor_like_args_ = 0;
   SampleGenerator sample_generator_;
   detail::BoxedKernel reference_;
+  std::optional<Sharding> sharding_;
+  std::source_location sharding_loc_;
 };
 
 /// Registers `op` with the dispatcher and the customop registry; refuses a second definition
