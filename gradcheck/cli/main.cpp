@@ -1,6 +1,8 @@
 // customop-gradcheck: parse the flags, call the gradcheck library, map the result to an exit
 // code (0 all passed, 1 a check failed or an op raised, 2 usage or bad input).
 
+#include "sharding.h"
+
 #include <customop/gradcheck/gradcheck.h>
 #include <customop/gradcheck/report.h>
 #include <customop/gradcheck/runner.h>
@@ -105,9 +107,14 @@ int main(int argc, char** argv) {
   std::string json_path, heatmap_dir, samples_path, dump_samples_path;
   std::vector<std::string> libraries;
   bool quiet = false;
+  bool sharding = false;
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   app.add_flag("--list", list, "List the ops that would be checked, then exit");
+  app.add_flag("--sharding", sharding,
+               "Also check each matching op's declared DTensor sharding rule on its registered "
+               "samples, on a 2-rank gloo mesh (runs $CUSTOMOP_PYTHON or python3 with the "
+               "customop package; --json FILE writes its reports to FILE.sharding.json)");
   app.add_option("--op", op_glob,
                  "Glob on the qualified op name, e.g. 'customop::*' ('*' any run, '?' one "
                  "character); with --samples it picks the spec's cases");
@@ -310,6 +317,13 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     return usage_error(first_line(e));
+  }
+  if (sharding) {
+    std::cout << "\n";
+    const int rc = gc::cli::run_sharding_check(op_glob, libraries,
+                                               json_path.empty() ? "" : json_path + ".sharding.json");
+    if (rc == kUsage || rc == 3) return kUsage;
+    if (rc != 0 || !summary.ok()) return kFailed;
   }
   if (!summary.ok()) return kFailed;
   if (!summary.cases.empty() && summary.count(gc::CaseStatus::kPassed) == 0) {

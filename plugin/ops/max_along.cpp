@@ -58,7 +58,8 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
     g = g.unsqueeze(s.dim);
     idx = idx.unsqueeze(s.dim);
   }
-  return {at::zeros_symint(s.input_sizes, g.options()).scatter(s.dim, idx, g)};
+  // new_zeros: a DTensor grad gives a DTensor (a plain at::zeros would mix the two).
+  return {g.new_zeros_symint(s.input_sizes).scatter(s.dim, idx, g)};
 }
 
 // Output metadata only: values (input's dtype) and int64 indices of max_along_out_sizes,

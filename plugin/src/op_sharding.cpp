@@ -1,13 +1,12 @@
 // DTensor sharding rules declared with the op (customop/sharding.h): the rule kinds, their
 // validation against the schema at definition time, and their JSON for the Python package
-// (the dispatcher op customop_registry::sharding_rules).
+// (through the dispatcher op customop_registry::sharding_rules, registry_ops.cpp).
 
 #include <customop/op_core.h>
 #include <customop/sharding.h>
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <string>
@@ -218,11 +217,5 @@ std::string sharding_rules_json() {
   }
   return all.dump();
 }
-
-namespace {
-TORCH_LIBRARY(customop_registry, m) {
-  m.def("sharding_rules() -> str", [] { return sharding_rules_json(); });
-}
-}  // namespace
 
 }  // namespace customop

@@ -12,7 +12,8 @@ Raises ImportError when the running torch differs from the build's (naming both 
 how to rebuild), or when the op library cannot be loaded.
 
 Your own op library (built with customop's CMake package): `customop.load_library(path)` is
-torch.ops.load_library with the same check, from the torch version the library recorded.
+torch.ops.load_library with the same check, from the torch version the library recorded, and
+registers the DTensor sharding rules its ops declare (`op.sharding` in C++).
 """
 
 from __future__ import annotations
@@ -22,14 +23,29 @@ import pathlib
 import torch
 
 from . import _build_info
-from ._torch_check import check_torch, load_library, recorded_torch_version
+from . import _sharding, _torch_check
+from ._torch_check import check_torch, recorded_torch_version
 
 __version__ = _build_info.VERSION
 LIBRARY_DIR = pathlib.Path(__file__).resolve().parent / "lib"
 OPS_LIBRARY = LIBRARY_DIR / "libcustomop_ops.so"
 
 check_torch(_build_info.TORCH_VERSION, _build_info.TORCH_CUDA, what="customop " + __version__)
-load_library(OPS_LIBRARY)  # ImportError naming the library if it cannot load
+_torch_check.load_library(OPS_LIBRARY)  # ImportError naming the library if it cannot load
+_sharding.install()  # the ops' sharding rules, with DTensor once torch.distributed.tensor loads
+
+
+def load_library(path) -> None:
+    """Loads an op library built with customop's CMake package (torch.ops.load_library) and
+    registers the sharding rules its ops declare with DTensor.
+
+    Raises ImportError, without loading it, when the library recorded another torch version
+    than this Python runs (naming the library, both versions and how to rebuild), or when the
+    loader fails (its message kept)."""
+    _torch_check.load_library(path)
+    _sharding.loaded_libraries.append(str(path))
+    _sharding.register_declared_rules()
+
 
 from . import gradcheck  # noqa: E402
 from .ops import (  # noqa: E402  (after the library is loaded)

@@ -34,9 +34,11 @@ from torch.autograd.gradcheck import GradcheckError
 
 from ._dropin import UnreliableDifferencesWarning, check_callable, gradcheck, gradgradcheck
 from ._harness import ensure_loaded, format_failure, run
+from ._sharding_check import check_sharding, format_sharding_failure
 
 __all__ = ["GradcheckError", "Sample", "UnreliableDifferencesWarning", "assert_gradcheck",
-           "check", "check_callable", "format_failure", "gradcheck", "gradgradcheck"]
+           "check", "check_callable", "check_sharding", "format_failure",
+           "format_sharding_failure", "gradcheck", "gradgradcheck"]
 
 
 def _op_name(op) -> str:
@@ -161,7 +163,10 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         low-precision rule (a precise float64 run on the same rounded values; README
         "Low precision"), each report's "low_precision" list holds its comparisons;
       - reference="ns::name": an op with the same arguments and returns whose float64 run is
-        that precise run (a customop op's declared op.reference is used without it).
+        that precise run (a customop op's declared op.reference is used without it);
+      - sharding=True: also checks the op's declared DTensor sharding rule on each sample (in
+        float64) on a 2-rank mesh (check_sharding); each report gets a "sharding" entry, and a
+        wrong rule fails the report with a "sharding" failure naming the placements.
     Raises ValueError naming the op and the argument when a sample does not fit the schema or an
     option is unknown; TypeError for a sample or value of a kind the harness does not take.
     """
@@ -176,16 +181,26 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
                          f"{', '.join(str(d) for d in _DTYPES)}, got {dtype!r}")
     if "reference" in options and not isinstance(options["reference"], str):
         options["reference"] = _op_name(options["reference"])
-    reports = []
+    sharding = bool(options.pop("sharding", False))
+    reports, bound = [], []
     for i, sample in enumerate(samples):
         opts = dict(options)
         opts.setdefault("label", f"sample {i}")
         args, names = _bind(name, sample)
+        bound.append((opts["label"], [_cast(a, torch.float64) for a in args]))
         if dtype is not None:
             args = [_cast(a, dtype) for a in args]
         report = run(name, args, opts, names)
         report.pop("_raised", None)
         reports.append(report)
+    if sharding:
+        for report, rule_report in zip(reports, check_sharding(name, bound)):
+            report["sharding"] = rule_report
+            if not rule_report["passed"]:
+                report["passed"] = False
+                report.setdefault("failures", []).append(
+                    {"check": "sharding", "headline": f"sharding rule of {name} is wrong",
+                     "detail": format_sharding_failure(rule_report)})
     return reports
 
 
