@@ -105,9 +105,8 @@ TEST_P(FusedLeakyRelu, SixteenBitKernelsRoundOnceAndSumInFloat) {
     ASSERT_EQ(y.scalar_type(), dtype);
     const at::Tensor exact = composite(x.detach().to(at::kDouble), bias.detach().to(at::kDouble));
     // One rounding of the float result: |y - exact| <= u |exact| (+ float's own error).
-    EXPECT_TRUE(((y.to(at::kDouble) - exact).abs() <= exact.abs() * (u * 1.001) + 1e-30)
-                    .all()
-                    .item<bool>())
+    EXPECT_TRUE(
+        ((y.to(at::kDouble) - exact).abs() <= exact.abs() * (u * 1.001) + 1e-30).all().item<bool>())
         << dtype;
     const at::Tensor w = at::ones_like(y);
     const auto g = torch::autograd::grad({y}, {x, bias}, {w});

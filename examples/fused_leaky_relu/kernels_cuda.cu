@@ -87,8 +87,7 @@ template cudaError_t forward_cuda<double>(const ForwardParams<double>&, cudaStre
 template cudaError_t backward_cuda<float>(const BackwardParams<float>&, cudaStream_t);
 template cudaError_t backward_cuda<double>(const BackwardParams<double>&, cudaStream_t);
 template cudaError_t forward_cuda<__half>(const ForwardParams<__half>&, cudaStream_t);
-template cudaError_t forward_cuda<__nv_bfloat16>(const ForwardParams<__nv_bfloat16>&,
-                                                 cudaStream_t);
+template cudaError_t forward_cuda<__nv_bfloat16>(const ForwardParams<__nv_bfloat16>&, cudaStream_t);
 template cudaError_t backward_cuda<__half>(const BackwardParams<__half>&, cudaStream_t);
 template cudaError_t backward_cuda<__nv_bfloat16>(const BackwardParams<__nv_bfloat16>&,
                                                   cudaStream_t);

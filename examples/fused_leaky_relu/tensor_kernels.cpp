@@ -97,20 +97,28 @@ template <class T>
 cudaError_t run_cuda(const ForwardParams<T>& p, cudaStream_t stream) {
   using D = cuda_t<T>;
   static_assert(sizeof(D) == sizeof(T) && alignof(D) == alignof(T));
-  const ForwardParams<D> d{reinterpret_cast<const D*>(p.x), reinterpret_cast<const D*>(p.bias),
-                           reinterpret_cast<D*>(p.out),      p.outer,
-                           p.channels,                       p.inner,
-                           p.negative_slope,                 p.scale};
+  const ForwardParams<D> d{reinterpret_cast<const D*>(p.x),
+                           reinterpret_cast<const D*>(p.bias),
+                           reinterpret_cast<D*>(p.out),
+                           p.outer,
+                           p.channels,
+                           p.inner,
+                           p.negative_slope,
+                           p.scale};
   return forward_cuda(d, stream);
 }
 template <class T>
 cudaError_t run_cuda(const BackwardParams<T>& p, cudaStream_t stream) {
   using D = cuda_t<T>;
   static_assert(sizeof(D) == sizeof(T) && alignof(D) == alignof(T));
-  const BackwardParams<D> d{reinterpret_cast<const D*>(p.grad), reinterpret_cast<const D*>(p.out),
-                            reinterpret_cast<D*>(p.grad_x),     reinterpret_cast<D*>(p.grad_bias),
-                            p.outer,                            p.channels,
-                            p.inner,                            p.negative_slope,
+  const BackwardParams<D> d{reinterpret_cast<const D*>(p.grad),
+                            reinterpret_cast<const D*>(p.out),
+                            reinterpret_cast<D*>(p.grad_x),
+                            reinterpret_cast<D*>(p.grad_bias),
+                            p.outer,
+                            p.channels,
+                            p.inner,
+                            p.negative_slope,
                             p.scale};
   return backward_cuda(d, stream);
 }

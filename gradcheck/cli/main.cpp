@@ -320,8 +320,8 @@ int main(int argc, char** argv) {
   }
   if (sharding) {
     std::cout << "\n";
-    const int rc = gc::cli::run_sharding_check(op_glob, libraries,
-                                               json_path.empty() ? "" : json_path + ".sharding.json");
+    const int rc = gc::cli::run_sharding_check(
+        op_glob, libraries, json_path.empty() ? "" : json_path + ".sharding.json");
     if (rc == kUsage || rc == 3) return kUsage;
     if (rc != 0 || !summary.ok()) return kFailed;
   }

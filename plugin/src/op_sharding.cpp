@@ -52,14 +52,10 @@ Sharding& Sharding::partial_sum(std::string output) {
 
 const char* sharding_kind_name(Sharding::Kind kind) {
   switch (kind) {
-    case Sharding::Kind::kPointwise:
-      return "pointwise";
-    case Sharding::Kind::kReduction:
-      return "reduction";
-    case Sharding::Kind::kReplicate:
-      return "replicate";
-    case Sharding::Kind::kStrategies:
-      return "strategies";
+    case Sharding::Kind::kPointwise: return "pointwise";
+    case Sharding::Kind::kReduction: return "reduction";
+    case Sharding::Kind::kReplicate: return "replicate";
+    case Sharding::Kind::kStrategies: return "strategies";
   }
   return "?";
 }
@@ -88,12 +84,9 @@ std::string return_names(const c10::FunctionSchema& schema) {
 
 std::string placement_text(const Placement& p) {
   switch (p.kind) {
-    case Placement::Kind::kReplicate:
-      return "R";
-    case Placement::Kind::kPartialSum:
-      return "P";
-    case Placement::Kind::kShard:
-      return "S" + std::to_string(p.dim);
+    case Placement::Kind::kReplicate: return "R";
+    case Placement::Kind::kPartialSum: return "P";
+    case Placement::Kind::kShard: return "S" + std::to_string(p.dim);
   }
   return "?";
 }
@@ -112,8 +105,8 @@ void OpCore::set_sharding(Sharding rule, std::source_location loc) {
     }
     return nullptr;
   };
-  const bool any_tensor =
-      std::any_of(args_.begin(), args_.end(), [](const ArgSpec& a) { return is_tensor_like(a.kind); });
+  const bool any_tensor = std::any_of(args_.begin(), args_.end(),
+                                      [](const ArgSpec& a) { return is_tensor_like(a.kind); });
   TORCH_CHECK_VALUE(any_tensor || rule.kind() == Sharding::Kind::kReplicate, where,
                     "the op has no tensor argument to shard");
   if (!rule.dim_argument().empty()) {
@@ -134,11 +127,10 @@ void OpCore::set_sharding(Sharding rule, std::source_location loc) {
   }
   const auto& returns = schema_.returns();
   for (const auto& out : rule.partial_sum_outputs()) {
-    TORCH_CHECK_VALUE(rule.kind() == Sharding::Kind::kPointwise ||
-                          rule.kind() == Sharding::Kind::kReduction,
-                      where, "partial_sum('", out, "') applies to the pointwise and reduction kinds; ",
-                      "a ", sharding_kind_name(rule.kind()),
-                      " rule gives its outputs' placements itself");
+    TORCH_CHECK_VALUE(
+        rule.kind() == Sharding::Kind::kPointwise || rule.kind() == Sharding::Kind::kReduction,
+        where, "partial_sum('", out, "') applies to the pointwise and reduction kinds; ", "a ",
+        sharding_kind_name(rule.kind()), " rule gives its outputs' placements itself");
     bool found = false;
     for (size_t i = 0; i < returns.size(); ++i) {
       if (returns[i].name() == out || std::to_string(i) == out) {
@@ -147,8 +139,8 @@ void OpCore::set_sharding(Sharding rule, std::source_location loc) {
         found = true;
       }
     }
-    TORCH_CHECK_VALUE(found, where, "partial_sum('", out, "') names no return (returns: ",
-                      return_names(schema_), ")");
+    TORCH_CHECK_VALUE(found, where, "partial_sum('", out,
+                      "') names no return (returns: ", return_names(schema_), ")");
   }
   for (size_t k = 0; k < rule.strategy_list().size(); ++k) {
     const auto& st = rule.strategy_list()[k];
@@ -158,15 +150,15 @@ void OpCore::set_sharding(Sharding rule, std::source_location loc) {
                         "', which is not an argument of the schema (tensor arguments: ",
                         names_of(args_, true), ")");
       TORCH_CHECK_VALUE(is_tensor_like(a->kind), where, "strategy ", k, " places '", arg,
-                        "', which is a ", a->type, ", not a tensor (tensor arguments: ",
-                        names_of(args_, true), ")");
+                        "', which is a ", a->type,
+                        ", not a tensor (tensor arguments: ", names_of(args_, true), ")");
     }
     TORCH_CHECK_VALUE(st.outputs.size() == returns.size(), where, "strategy ", k, " gives ",
-                      st.outputs.size(), " output placement(s), but the op has ",
-                      returns.size(), " return(s) (", return_names(schema_), ")");
+                      st.outputs.size(), " output placement(s), but the op has ", returns.size(),
+                      " return(s) (", return_names(schema_), ")");
     for (size_t i = 0; i < returns.size(); ++i) {
-      TORCH_CHECK_VALUE(returns_[i] == ArgKind::kTensor, where, "strategy ", k,
-                        ": return ", i, " is not a Tensor; use Sharding::replicate()");
+      TORCH_CHECK_VALUE(returns_[i] == ArgKind::kTensor, where, "strategy ", k, ": return ", i,
+                        " is not a Tensor; use Sharding::replicate()");
     }
   }
   sharding_loc_ = loc;

@@ -52,13 +52,14 @@ std::tuple<std::string, std::vector<at::Tensor>> samples(const std::string& op,
                                                          const std::string& device,
                                                          at::ScalarType dtype) {
   const OpCore* core = find_op(op);
-  TORCH_CHECK_VALUE(core != nullptr, "customop_registry::samples: no customop op is called '",
-                    op, "' (ops are named \"ns::name\")");
+  TORCH_CHECK_VALUE(core != nullptr, "customop_registry::samples: no customop op is called '", op,
+                    "' (ops are named \"ns::name\")");
   nlohmann::json out = nlohmann::json::array();
   std::vector<at::Tensor> tensors;
   for (const Sample& s : core->samples(c10::Device(device), dtype)) {
     nlohmann::json args = nlohmann::json::array();
-    for (const c10::IValue& v : s.args) args.push_back(encode(v, tensors, op + " (" + s.label + ")"));
+    for (const c10::IValue& v : s.args)
+      args.push_back(encode(v, tensors, op + " (" + s.label + ")"));
     out.push_back({{"label", s.label}, {"args", args}});
   }
   return {out.dump(), tensors};

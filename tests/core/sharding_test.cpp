@@ -68,16 +68,17 @@ TEST(Sharding, UnknownOrMistypedArgumentsAreRefusedNamingThem) {
       error_message([] { fresh_op("no_out").sharding(Sharding::pointwise().partial_sum("n")); }),
       HasSubstr("partial_sum('n') names no return (returns: 'out', 'count')"));
   EXPECT_THAT(error_message([] {
-                fresh_op("strat_arg").sharding(Sharding::strategies(
-                    {{.inputs = {{"scale", Placement::shard(0)}},
-                      .outputs = {Placement::shard(0), Placement::partial_sum()}}}));
+                fresh_op("strat_arg")
+                    .sharding(Sharding::strategies(
+                        {{.inputs = {{"scale", Placement::shard(0)}},
+                          .outputs = {Placement::shard(0), Placement::partial_sum()}}}));
               }),
               HasSubstr("strategy 0 places 'scale', which is a float, not a tensor (tensor "
                         "arguments: 'input', 'mask')"));
   EXPECT_THAT(error_message([] {
-                fresh_op("strat_outs").sharding(Sharding::strategies(
-                    {{.inputs = {{"input", Placement::shard(0)}},
-                      .outputs = {Placement::shard(0)}}}));
+                fresh_op("strat_outs")
+                    .sharding(Sharding::strategies({{.inputs = {{"input", Placement::shard(0)}},
+                                                     .outputs = {Placement::shard(0)}}}));
               }),
               HasSubstr("strategy 0 gives 1 output placement(s), but the op has 2 return(s)"));
   EXPECT_THAT(error_message([] {
@@ -98,8 +99,9 @@ TEST(Sharding, SecondRuleIsRefusedNamingBothLocations) {
 
 TEST(Sharding, JsonThroughTheDispatcherListsRulesAndOpsWithout) {
   fresh_op("json_rule")
-      .sharding(Sharding::strategies({{.inputs = {{"input", Placement::shard(-1)}},
-                                       .outputs = {Placement::shard(0), Placement::partial_sum()}}}));
+      .sharding(
+          Sharding::strategies({{.inputs = {{"input", Placement::shard(-1)}},
+                                 .outputs = {Placement::shard(0), Placement::partial_sum()}}}));
   fresh_op("json_none");
   const auto handle =
       c10::Dispatcher::singleton().findSchemaOrThrow("customop_registry::sharding_rules", "");

@@ -377,8 +377,12 @@ TEST(LowPrecision, ReportNamesTheGradTheElementAndTheBaselines) {
   const auto dir = std::filesystem::temp_directory_path() / "customop_low_precision_heatmap";
   std::filesystem::remove_all(dir);
   gc::RunSummary summary;
-  summary.cases.push_back({.op = "corpus", .device = "cpu", .dtype = "bfloat16", .label = "one",
-                           .status = gc::CaseStatus::kFailed, .result = r});
+  summary.cases.push_back({.op = "corpus",
+                           .device = "cpu",
+                           .dtype = "bfloat16",
+                           .label = "one",
+                           .status = gc::CaseStatus::kFailed,
+                           .result = r});
   const auto written = gc::write_heatmaps(summary, dir.string());
   ASSERT_EQ(written.size(), 1u);
   EXPECT_THAT(written[0], ::testing::HasSubstr("low_precision_grad0"));

@@ -84,11 +84,12 @@ void define_clamp_count(const std::string& name, Sharding rule) {
   define_row_norm("sharding_mutants::row_norm(Tensor x) -> Tensor", Sharding::pointwise());
   define_row_norm("sharding_mutants::row_norm_ok(Tensor x) -> Tensor", Sharding::reduction({-1}));
   using customop::Placement;
-  define_clamp_count("clamp_count",
-                     Sharding::strategies({{.inputs = {{"input", Placement::shard(0)}},
-                                            .outputs = {Placement::shard(0), Placement::replicate()}},
-                                           {.inputs = {{"input", Placement::shard(1)}},
-                                            .outputs = {Placement::shard(1), Placement::replicate()}}}));
+  define_clamp_count(
+      "clamp_count",
+      Sharding::strategies({{.inputs = {{"input", Placement::shard(0)}},
+                             .outputs = {Placement::shard(0), Placement::replicate()}},
+                            {.inputs = {{"input", Placement::shard(1)}},
+                             .outputs = {Placement::shard(1), Placement::replicate()}}}));
   define_clamp_count("clamp_count_pointwise", Sharding::pointwise());
   auto& twice = customop::define<XArgs>("sharding_mutants::no_rule(Tensor x) -> Tensor");
   twice.impl(c10::DeviceType::CPU, [](const XArgs& a) { return 2 * a.x; });

@@ -6,8 +6,8 @@
 
 #include <customop/arg_types.h>
 #include <customop/autocast.h>
-#include <customop/sharding.h>
 #include <customop/grads.h>
+#include <customop/sharding.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
