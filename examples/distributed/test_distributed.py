@@ -1,22 +1,20 @@
 """examples/distributed/train.py under torchrun (2 CPU processes, gloo on the loopback device,
---standalone: a free local port): each mode ends with the parameters of a one-process run
-(train.py's own check, exit 0), read back from its JSON; with --plant-bug (rank 1 on another
-lr) the same check fails and train.py exits 1. tp skips while `import customop` registers no
-DTensor sharding rules for the ops.
+--standalone: a free local port), launched twice, since starting 3 Pythons that import torch
+is what a launch costs (~20 s on a loaded 2-core machine; the training under 1 s a mode):
+every mode in one launch, each ending with the parameters of a one-process run (train.py's
+own check, exit 0), read back from its JSON section; and every mode again with --plant-bug
+(rank 1 on another lr), where each mode's check must fail and train.py exit 1.
 
 customop must be importable by the workers: under ctest (python.distributed) from the package
-in the build tree (PYTHONPATH=CUSTOMOP_PYTHON_DEV_DIR) where the build makes one, otherwise
-assembled here in a temporary folder from the source tree (CUSTOMOP_PACKAGE_SOURCE,
-python/customop) and the built libraries (CUSTOMOP_OPS_LIB, CUSTOMOP_CORE_LIB), as
-`pip install .` lays it out; run by hand, the customop this python imports (an installed
-wheel, or PYTHONPATH), or the same assembly when CUSTOMOP_OPS_LIB is set.
+in the build tree (PYTHONPATH=CUSTOMOP_PYTHON_DEV_DIR, cmake/python_dev_package.cmake); run by
+hand, the customop this python imports (an installed wheel, or PYTHONPATH). tp needs the ops'
+DTensor sharding rules, which `import customop` registers.
 """
 
 import importlib.util
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,8 +25,7 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "train.py"
 STEPS = 5
-TIMEOUT_S = 240  # one torchrun: ~25 s on a loaded 2-core machine, mostly importing torch
-NO_RULES = "does not have a sharding strategy registered"
+TIMEOUT_S = 240  # one torchrun of every mode: ~25 s on a loaded 2-core machine
 MODES = ("ddp", "fsdp2", "fsdp2-bf16", "tp")
 # tp: where each op's output lies (train.py checks the same).
 TP_PLACEMENTS = {
@@ -39,54 +36,22 @@ TP_PLACEMENTS = {
 }
 
 
-def _staged_package(root: pathlib.Path) -> pathlib.Path:
-    """A `customop` package under root, laid out as the wheel's: the Python sources, lib/ with
-    links to the built op library and the core library (CUSTOMOP_CORE_LIB, optional: a
-    build-tree RUNPATH finds it anyway, a wheel's $ORIGIN needs it beside), and _build_info.py
-    naming the torch the op library recorded (so the import's torch check is the wheel's)."""
-    source = pathlib.Path(os.environ["CUSTOMOP_PACKAGE_SOURCE"])
-    ops_lib = pathlib.Path(os.environ["CUSTOMOP_OPS_LIB"])
-    libs = [ops_lib] + [pathlib.Path(p) for p in [os.environ.get("CUSTOMOP_CORE_LIB")] if p]
-    for path in [source / "__init__.py", *libs]:
-        if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist (CUSTOMOP_PACKAGE_SOURCE, "
-                                    f"CUSTOMOP_OPS_LIB, CUSTOMOP_CORE_LIB)")
-    pkg = root / "customop"
-    shutil.copytree(source, pkg, ignore=shutil.ignore_patterns("__pycache__", "lib", "_build_info.py"))
-    (pkg / "lib").mkdir()
-    for lib in libs:
-        (pkg / "lib" / lib.name).symlink_to(lib)
-    # _torch_check imports only torch and struct: load it alone to read the library's stamp.
-    spec = importlib.util.spec_from_file_location("_customop_torch_check", source / "_torch_check.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
-    import torch
-    built = check.recorded_torch_version(ops_lib) or torch.__version__
-    (pkg / "_build_info.py").write_text(
-        f'VERSION = "0.0.dev"\nTORCH_VERSION = "{built}"\n'
-        f'TORCH_CUDA = "{torch.version.cuda or ""}"\nWITH_CUDA_KERNELS = False\n')
-    return root
-
-
-@pytest.fixture(scope="session")
-def worker_env(tmp_path_factory):
+@pytest.fixture(scope="module")
+def worker_env():
+    if importlib.util.find_spec("customop") is None:
+        pytest.skip("customop is not importable (ctest puts CUSTOMOP_PYTHON_DEV_DIR on "
+                    "PYTHONPATH; or pip install the package, or set PYTHONPATH)")
     env = dict(os.environ)
-    if "CUSTOMOP_OPS_LIB" in env:
-        site = _staged_package(tmp_path_factory.mktemp("site"))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
-    elif importlib.util.find_spec("customop") is None:
-        pytest.skip("customop is not importable and CUSTOMOP_OPS_LIB is not set "
-                    "(ctest sets it; or pip install the package, or set PYTHONPATH)")
     env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on the loopback device only
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default for 2 processes, said aloud
     return env
 
 
-def torchrun(mode: str, out: pathlib.Path, env: dict, *extra: str):
-    """Runs train.py in `mode` on 2 processes; returns (exit code, output, figures or None,
-    seconds). On timeout kills the whole process group (torchrun and its workers)."""
+def torchrun(modes, out: pathlib.Path, env: dict, *extra: str):
+    """Runs train.py on 2 processes over `modes` in one launch; returns (exit code, output,
+    figures or None). On timeout kills the whole process group (torchrun and its workers)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(TRAIN), "--mode", mode, "--steps", str(STEPS), "--json", str(out), *extra]
+           str(TRAIN), "--mode", ",".join(modes), "--steps", str(STEPS), "--json", str(out), *extra]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -98,42 +63,62 @@ def torchrun(mode: str, out: pathlib.Path, env: dict, *extra: str):
         pytest.fail(f"{' '.join(cmd)} ran past {TIMEOUT_S} s:\n{output[-6000:]}")
     seconds = time.perf_counter() - t0
     figures = json.loads(out.read_text()) if out.exists() else None
-    print(f"{mode}{' ' + ' '.join(extra) if extra else ''}: exit {proc.returncode}, "
-          f"{seconds:.1f} s wall, max|diff| {figures and figures['max_abs_diff']}")
-    return proc.returncode, output, figures, seconds
+    diffs = figures and {m: s["max_abs_diff"] for m, s in figures["modes"].items()}
+    print(f"{','.join(modes)}{' ' + ' '.join(extra) if extra else ''}: exit {proc.returncode}, "
+          f"{seconds:.1f} s wall, max|diff| {diffs}")
+    return proc.returncode, output, figures
 
 
-def skip_without_rules(mode: str, rc: int, output: str):
-    if mode == "tp" and rc != 0 and NO_RULES in output:
-        line = next(l for l in output.splitlines() if NO_RULES in l)
-        pytest.skip(f"tp: the customop ops have no DTensor sharding rules yet: {line.strip()}")
+@pytest.fixture(scope="module")
+def every_mode(worker_env, tmp_path_factory):
+    """One launch of every mode: (exit code, output, figures)."""
+    return torchrun(MODES, tmp_path_factory.mktemp("modes") / "figures.json", worker_env)
+
+
+@pytest.fixture(scope="module")
+def every_mode_with_bug(worker_env, tmp_path_factory):
+    """One launch of every mode with --plant-bug: (exit code, output, figures)."""
+    return torchrun(MODES, tmp_path_factory.mktemp("bug") / "figures.json", worker_env,
+                    "--plant-bug")
+
+
+def test_one_launch_runs_every_mode(every_mode):
+    rc, output, figures = every_mode
+    assert rc == 0, output[-6000:]
+    assert figures["passed"] and figures["failed"] == [], output[-6000:]
+    assert list(figures["modes"]) == list(MODES)
+    assert figures["steps"] == STEPS and figures["world_size"] == 2 and not figures["plant_bug"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_two_processes_end_with_the_parameters_of_one(mode, worker_env, tmp_path):
-    rc, output, figures, _ = torchrun(mode, tmp_path / "figures.json", worker_env)
-    skip_without_rules(mode, rc, output)
-    assert rc == 0, output[-6000:]
-    assert figures["passed"] and figures["steps"] == STEPS and figures["world_size"] == 2
-    for name, row in figures["parameters"].items():
+def test_two_processes_end_with_the_parameters_of_one(mode, every_mode):
+    rc, output, figures = every_mode
+    assert figures is not None and mode in figures["modes"], output[-6000:]
+    section = figures["modes"][mode]
+    assert section["passed"], (mode, output[-6000:])
+    for name, row in section["parameters"].items():
         assert row["max_abs_diff"] <= row["bound"], (name, row)
         # Training moved every parameter far beyond the tolerance, so the match means something.
         assert row["max_abs_update"] > 100 * row["bound"], (name, row)
-    assert len(figures["parameters"]) == 15
-    assert figures["losses"] == pytest.approx(figures["reference_losses"], rel=1e-6)
+    assert len(section["parameters"]) == 15
+    assert section["losses"] == pytest.approx(section["reference_losses"], rel=1e-6)
     if mode == "tp":
-        assert figures["op_placements"] == TP_PLACEMENTS
+        assert section["op_placements"] == TP_PLACEMENTS
+    else:
+        assert section["op_placements"] == {}  # no DTensor outputs: nothing left over from tp
     if mode == "fsdp2-bf16":
         # The ops did run in bfloat16: the float64 run is further away than the tolerance.
-        assert figures["context"]["float64"]["max_abs_diff"] > 10 * figures["max_abs_diff"] + 1e-5
+        assert section["context"]["float64"]["max_abs_diff"] > 10 * section["max_abs_diff"] + 1e-5
 
 
-@pytest.mark.parametrize("mode", ("ddp", "fsdp2-bf16", "tp"))
-def test_a_rank_on_another_lr_fails_the_comparison(mode, worker_env, tmp_path):
-    rc, output, figures, _ = torchrun(mode, tmp_path / "figures.json", worker_env, "--plant-bug")
-    skip_without_rules(mode, rc, output)
+def test_a_rank_on_another_lr_fails_every_mode(every_mode_with_bug):
+    rc, output, figures = every_mode_with_bug
     assert rc != 0, output[-6000:]
-    assert "MISMATCH" in output and "FAIL" in output, output[-6000:]
-    assert figures is not None and not figures["passed"] and figures["plant_bug"]
-    worst = max(r["max_abs_diff"] / r["bound"] for r in figures["parameters"].values())
-    assert worst > 5, worst
+    assert figures is not None and figures["plant_bug"] and not figures["passed"], output[-6000:]
+    assert figures["failed"] == list(MODES), output[-6000:]
+    assert f"mismatched: {', '.join(MODES)}" in output, output[-6000:]
+    for mode in MODES:
+        section = figures["modes"][mode]
+        assert not section["passed"], mode
+        worst = max(r["max_abs_diff"] / r["bound"] for r in section["parameters"].values())
+        assert worst > 5, (mode, worst)

@@ -11,7 +11,15 @@ builds the model from the same seed (DDP broadcasts rank 0's parameters anyway; 
 tp keep each rank's own) and generates the same batches; each mode runs --steps
 SGD steps (lr 0.1), gathers the final parameters as full tensors (every rank's copy of a
 replicated one), and rank 0 compares them with a single-process run of the same steps,
-printing max |difference| per parameter. Exit 1 on a mismatch (every rank), 0 otherwise.
+printing max |difference| per parameter.
+
+--mode takes one mode, several separated by commas, or `all`: they run one after another in
+the same processes and process group (torch's import, not the training, is what a launch
+costs). Each mode builds its own model from the seed, wraps it (DDP, fully_shard,
+parallelize_module) and drops it when done, so it computes what a launch of its own would.
+--json writes one file with a section per mode ("modes": {mode: figures}) and the list of
+those that mismatched ("failed"). Exit 1 (every rank) if any mode mismatched, naming them on
+the last line; 0 otherwise.
 
 Modes:
   ddp         DistributedDataParallel; each rank takes half the batch (dim 0), gloo averages
@@ -33,9 +41,9 @@ Modes:
               on its output sharded along the hidden dim with its bias sharded alike, fc2 is
               RowwiseParallel back to Shard(1) (reduce-scatter). Every rank feeds the whole
               batch. The ops see DTensors, so this needs their sharding rules, registered by
-              `import customop`; without them DTensor raises "... does not have a sharding
-              strategy registered" (test_distributed.py then skips tp). The script also
-              checks where each op's output lies (TP_PLACEMENTS): sharded, not gathered.
+              `import customop` (once torch.distributed.tensor is imported); without them
+              DTensor raises "... does not have a sharding strategy registered". The script
+              also checks where each op's output lies (TP_PLACEMENTS): sharded, not gathered.
 
 Tolerances (relative to max |reference parameter|, per parameter):
   float64 modes: 1e-10. The runs differ only in summation order (a grad summed over two
@@ -52,20 +60,24 @@ Tolerances (relative to max |reference parameter|, per parameter):
   float64 run: 3.4e-4), more than --plant-bug's lr * 1.001 moves the parameters (1e-6 to
   1e-4), so a tolerance wide enough for it would not see that bug.
 
---plant-bug: rank 1 steps with lr * 1.001 (a rank with another optimizer setting); the
-comparison must then fail and the script exit 1 (test_distributed.py checks it).
+--plant-bug: rank 1 steps with lr * 1.001 (a rank with another optimizer setting) in every
+mode of the launch; each comparison must then fail and the script exit 1
+(test_distributed.py checks it).
 
-Run (from the repository root, with customop importable; 20-30 s per mode on a loaded 2-core
-machine, nearly all of it 3 Pythons importing torch; the training takes under 1 s):
+Run (from the repository root, with customop importable; a launch takes ~20 s on a loaded
+2-core machine, nearly all of it 3 Pythons importing torch; the four modes together train and
+check in ~6 s of it, 4 of which the first mode spends on start-up):
   GLOO_SOCKET_IFNAME=lo python -m torch.distributed.run --standalone --nproc-per-node 2 \\
       examples/distributed/train.py --mode ddp --steps 5 --json ddp.json
 (--standalone: a local rendezvous on a free port; GLOO_SOCKET_IFNAME=lo keeps gloo on the
-loopback device.) test_distributed.py runs every mode and --plant-bug.
+loopback device.) `--mode all` (or ddp,fsdp2,fsdp2-bf16,tp) runs every mode in that launch;
+test_distributed.py runs all of them once, and once with --plant-bug.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -86,8 +98,8 @@ BATCH, SEQ, DIM, HIDDEN, BLOCKS = 4, 8, 16, 32, 2
 SEED = 0
 LR = 0.1
 BUG_LR_SCALE = 1.001  # --plant-bug: rank 1's lr factor
-RTOL = {"ddp": 1e-10, "fsdp2": 1e-10, "tp": 1e-10, "fsdp2-bf16": 1e-6}
-MODES = tuple(RTOL)
+MODES = ("ddp", "fsdp2", "fsdp2-bf16", "tp")  # --mode all runs them in this order
+RTOL = {"ddp": 1e-10, "fsdp2": 1e-10, "fsdp2-bf16": 1e-6, "tp": 1e-10}
 # tp: where each op's output lies on the mesh (a Replicate here would mean DTensor gathered
 # the activations and every rank ran the whole op).
 TP_PLACEMENTS = {
@@ -318,12 +330,14 @@ def compare(params: dict, ref: dict, initial: dict, rtol: float):
     return rows
 
 
-def check(args, params: dict, losses: list, param_dtype, train_s: float, t0: float) -> bool:
-    """Rank 0: runs the reference, prints the comparison, writes the JSON; True on a match."""
+def check(args, mode: str, params: dict, losses: list, param_dtype, train_s: float,
+          t0: float) -> tuple[bool, dict]:
+    """Rank 0: runs `mode`'s reference and prints the comparison; returns (True on a match,
+    the mode's figures for the JSON)."""
     world = dist.get_world_size()
     t_ref = time.perf_counter()
     initial = {n: p.detach() for n, p in build_model(param_dtype).named_parameters()}
-    if args.mode == "fsdp2-bf16":
+    if mode == "fsdp2-bf16":
         ref, ref_losses = reference(args.steps, torch.float32, torch.bfloat16, parts=world)
         context = {"bf16_full_batch": reference(args.steps, torch.float32, torch.bfloat16, 1)[0],
                    "float64": reference(args.steps, torch.float64, torch.float64, 1)[0]}
@@ -331,11 +345,11 @@ def check(args, params: dict, losses: list, param_dtype, train_s: float, t0: flo
         ref, ref_losses = reference(args.steps, torch.float64, torch.float64, parts=1)
         context = {}
     ref_s = time.perf_counter() - t_ref
-    rtol = RTOL[args.mode]
+    rtol = RTOL[mode]
     rows = compare(params, ref, initial, rtol)
     passed = all(r["max_abs_diff"] <= r["bound"] for r in rows.values())
     bug = f" [planted bug: rank 1 lr x {BUG_LR_SCALE}]" if args.plant_bug else ""
-    print(f"{args.mode}: {args.steps} SGD steps on {world} ranks vs one process "
+    print(f"{mode}: {args.steps} SGD steps on {world} ranks vs one process "
           f"({sum(p.numel() for p in ref.values())} parameters, {param_dtype}, "
           f"bound {rtol:g} * max|ref|){bug}")
     print(f"  {'parameter':<24}{'max|diff|':>12}{'bound':>12}{'max|update|':>13}  copies")
@@ -357,7 +371,7 @@ def check(args, params: dict, losses: list, param_dtype, train_s: float, t0: flo
         context_rows[what] = {"max_abs_diff": diff, "max_bf16_steps": steps}
         print(f"  (not checked) against the {what} run: max|diff| {diff:.3e}, "
               f"{steps:.3f} bfloat16 rounding steps of a parameter")
-    if args.mode == "tp":
+    if mode == "tp":
         print(f"  op outputs under tp: {PLACEMENTS}")
         if PLACEMENTS != TP_PLACEMENTS:
             print(f"  MISMATCH: expected the op outputs placed as {TP_PLACEMENTS}")
@@ -366,44 +380,31 @@ def check(args, params: dict, losses: list, param_dtype, train_s: float, t0: flo
     total_s = time.perf_counter() - t0
     print(f"  {'PASS' if passed else 'FAIL'}: max|diff| {max_diff:.3e}; train {train_s:.2f} s, "
           f"reference {ref_s:.2f} s, total {total_s:.2f} s (after imports)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({
-                "mode": args.mode, "steps": args.steps, "world_size": world, "lr": LR,
-                "plant_bug": args.plant_bug, "param_dtype": str(param_dtype), "rtol": rtol,
-                "passed": passed, "max_abs_diff": max_diff, "parameters": rows,
-                "losses": losses, "reference_losses": ref_losses, "context": context_rows,
-                "op_placements": PLACEMENTS,
-                "seconds": {"train": train_s, "reference": ref_s, "total": total_s},
-            }, f, indent=1)
-    return passed
+    return passed, {
+        "passed": passed, "param_dtype": str(param_dtype), "rtol": rtol, "max_abs_diff": max_diff,
+        "parameters": rows, "losses": losses, "reference_losses": ref_losses,
+        "context": context_rows, "op_placements": dict(PLACEMENTS),
+        "seconds": {"train": train_s, "reference": ref_s, "total": total_s},
+    }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--json", help="write the figures here (rank 0)")
-    parser.add_argument("--plant-bug", action="store_true",
-                        help=f"rank 1 steps with lr * {BUG_LR_SCALE}: the comparison must fail")
-    args = parser.parse_args()
-
+def run_mode(args, mode: str, mesh) -> tuple[bool, dict | None]:
+    """Trains `mode` on this rank and compares on rank 0; returns (the verdict, broadcast to
+    every rank; rank 0's figures, None elsewhere). Everything the mode builds (its model, the
+    FSDP2 or DTensor wrapping, the optimizer) is local and dropped on return, so the next mode
+    starts from the same seed and parameters as a launch of its own."""
     t0 = time.perf_counter()
-    dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if world != 2:
-        raise SystemExit(f"train.py: run with 2 processes (torchrun --nproc-per-node 2), got {world}")
-    mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
-    assert BATCH % world == 0 and SEQ % world == 0 and DIM % world == 0 and HIDDEN % world == 0
-
-    model, param_dtype = parallelize(args.mode, mesh)
+    torch.manual_seed(SEED)
+    PLACEMENTS.clear()
+    model, param_dtype = parallelize(mode, mesh)
     lr = LR * (BUG_LR_SCALE if args.plant_bug and rank == 1 else 1.0)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
     t_train = time.perf_counter()
     for step in range(args.steps):
         x, target = batch(step, param_dtype)
-        xs, ts = local_step_inputs(args.mode, x, target, mesh)
+        xs, ts = local_step_inputs(mode, x, target, mesh)
         opt.zero_grad()
         out = model(xs)
         if isinstance(out, DTensor):
@@ -419,13 +420,68 @@ def main() -> int:
     prefix = "module."  # DDP's
     params = {n.removeprefix(prefix): full_copies(p) for n, p in model.named_parameters()}
 
-    passed = True
+    passed, section = True, None
     if rank == 0:
-        passed = check(args, params, losses, param_dtype, train_s, t0)
+        passed, section = check(args, mode, params, losses, param_dtype, train_s, t0)
     verdict = torch.tensor([int(passed)])
     dist.broadcast(verdict, src=0)
+    return bool(verdict.item()), section
+
+
+def parse_modes(text: str) -> list[str]:
+    """--mode: one mode, several separated by commas (run in that order), or `all`."""
+    modes = list(MODES) if text == "all" else [m.strip() for m in text.split(",")]
+    for m in modes:
+        if m not in MODES:
+            raise argparse.ArgumentTypeError(
+                f"unknown mode {m!r}: choose from {', '.join(MODES)}, a comma-separated "
+                "list, or all")
+    if len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"a mode given twice in {text!r}")
+    return modes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", type=parse_modes, required=True, metavar="MODE[,MODE...]|all",
+                        help=f"{', '.join(MODES)}; several run one after another in these "
+                             "processes")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="write the figures here (rank 0), one section per mode")
+    parser.add_argument("--plant-bug", action="store_true",
+                        help=f"rank 1 steps with lr * {BUG_LR_SCALE} in every mode: each "
+                             "comparison must fail")
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != 2:
+        raise SystemExit(f"train.py: run with 2 processes (torchrun --nproc-per-node 2), got {world}")
+    mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
+    assert BATCH % world == 0 and SEQ % world == 0 and DIM % world == 0 and HIDDEN % world == 0
+
+    verdicts, sections = {}, {}
+    for mode in args.mode:
+        verdicts[mode], sections[mode] = run_mode(args, mode, mesh)
+        gc.collect()  # the mode's modules, hooks and process-group users go before the next's
+    failed = [m for m, ok in verdicts.items() if not ok]
+    total_s = time.perf_counter() - t0
+    if rank == 0:
+        many = len(verdicts) > 1
+        print(f"{'FAIL' if failed else 'PASS'}: {len(verdicts) - len(failed)} of {len(verdicts)} "
+              f"mode{'s' if many else ''} match{'' if many else 'es'} the one-process run"
+              + (f"; mismatched: {', '.join(failed)}" if failed else "")
+              + f" ({total_s:.2f} s after imports)")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({
+                    "modes": sections, "failed": failed, "passed": not failed,
+                    "steps": args.steps, "world_size": world, "lr": LR,
+                    "plant_bug": args.plant_bug, "seconds": total_s,
+                }, f, indent=1)
     dist.destroy_process_group()
-    return 0 if verdict.item() else 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
