@@ -38,9 +38,10 @@ TP_PLACEMENTS = {
 
 @pytest.fixture(scope="module")
 def worker_env():
-    if importlib.util.find_spec("customop") is None:
-        pytest.skip("customop is not importable (ctest puts CUSTOMOP_PYTHON_DEV_DIR on "
-                    "PYTHONPATH; or pip install the package, or set PYTHONPATH)")
+    # A failure, not a skip: a misconfigured run must not pass.
+    assert importlib.util.find_spec("customop") is not None, (
+        "customop is not importable (ctest puts CUSTOMOP_PYTHON_DEV_DIR on PYTHONPATH; or pip "
+        "install the package, or set PYTHONPATH)")
     env = dict(os.environ)
     env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo on the loopback device only
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default for 2 processes, said aloud
