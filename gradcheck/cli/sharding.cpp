@@ -16,7 +16,7 @@ int run_sharding_check(const std::string& op_glob, const std::vector<std::string
                        const std::string& json_path) {
   const char* env_python = std::getenv("CUSTOMOP_PYTHON");
   const std::string python = env_python != nullptr && *env_python ? env_python : "python3";
-  std::vector<std::string> args = {python, "-m", "customop._sharding_check", "--op", op_glob};
+  std::vector<std::string> args = {python, "-m", "customop._sharding_main", "--op", op_glob};
   for (const auto& lib : libraries) {
     args.push_back("--load");
     args.push_back(lib);
@@ -42,7 +42,16 @@ int run_sharding_check(const std::string& op_glob, const std::vector<std::string
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return 3;
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFEXITED(status)) {
+    const int rc = WEXITSTATUS(status);
+    if (rc == 0 || rc == 2) return rc;
+    if (rc == 3) return 1;  // a rule failed
+    std::cerr << "customop-gradcheck --sharding: the sharding check could not run ('" << python
+              << " -m customop._sharding_main' exited " << rc
+              << "): CUSTOMOP_PYTHON must name a Python that imports torch and the customop "
+                 "package\n";
+    return 3;
+  }
   std::cerr << "customop-gradcheck --sharding: '" << python << "' ended by signal "
             << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << "\n";
   return 1;

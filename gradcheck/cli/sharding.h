@@ -1,6 +1,6 @@
 #pragma once
 // customop-gradcheck --sharding: the sharding check is Python (DTensor is), so the CLI runs
-// `python -m customop._sharding_check` with the same op glob and libraries.
+// `python -m customop._sharding_main` with the same op glob and libraries.
 
 #include <string>
 #include <vector>
@@ -13,8 +13,9 @@ namespace customop::gradcheck::cli {
 /// \param op_glob    the --op glob
 /// \param libraries  the --load libraries, loaded there with customop.load_library
 /// \param json_path  where the reports go as JSON ("" for none)
-/// \returns the check's exit status: 0 every rule held, 1 one failed, 2 no op matched; 3 when
-///          Python could not be started (the message names the interpreter and the variable).
+/// \returns 0 every rule held, 1 one failed, 2 no op matched; 3 when the check could not run
+///          (Python could not start, or could not import torch and customop: the message names
+///          the interpreter and CUSTOMOP_PYTHON). CUSTOMOP_PYTHON is one executable path.
 /// \throws nothing
 int run_sharding_check(const std::string& op_glob, const std::vector<std::string>& libraries,
                        const std::string& json_path);

@@ -90,7 +90,8 @@ def _reduced_dims(rule, values, ndim) -> set[int]:
     if rule["dim_argument"]:
         v = values[rule["dim_argument"]]
         dims = list(v) if isinstance(v, (list, tuple)) else [v]
-    return {d + ndim if d < 0 else d for d in dims}
+    # A dim outside the op shape (0 or -1 of a 0-d tensor) reduces nothing that a rank splits.
+    return {d + ndim if d < 0 else d for d in dims} & set(range(ndim))
 
 
 def strategies(rule: dict, schema, args, kwargs, output_ndims=None) -> list[tuple[list, list]]:

@@ -82,16 +82,17 @@ def _outputs(result):
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def _combinations(tensors, max_combinations):
+def _combinations(tensors, max_combinations, listed=()):
+    """Placement combinations, at most max_combinations: those the rule lists first, then one
+    sharded input with the others replicated, then the rest (up to 100000 enumerated)."""
     options = [_placements_of(t) for t in tensors]
-    ones = []  # one sharded input, the others replicated: first, as they are the rule's cases
-    for i, opts in enumerate(options):
-        for p in opts[1:]:
-            combo = [o[0] for o in options]
-            combo[i] = p
-            ones.append(tuple(combo))
-    rest = [c for c in itertools.product(*options) if c not in ones]
-    return (ones + rest)[:max_combinations]
+    every = list(itertools.islice(itertools.product(*options), 100000))
+
+    def rank(combo):
+        texts = tuple(_text(p) for p in combo)
+        sharded = sum(t != "R" for t in texts)
+        return (texts not in listed, sharded != 1)
+    return sorted(every, key=rank)[:max_combinations]
 
 
 def _worst(a: torch.Tensor, b: torch.Tensor, rtol, atol):
@@ -117,13 +118,22 @@ def _run_case(op, schema, args, mesh, rule, rtol, atol, seed, max_combinations, 
 
     from . import _sharding
 
+    if len(args) != len(schema.arguments):
+        raise ValueError(f"{schema.name}: a sample gives {len(args)} argument(s), the schema has "
+                         f"{len(schema.arguments)} ({', '.join(a.name for a in schema.arguments)})")
     leaves = _leaves(schema, args)
     names = [n for n, _ in leaves]
     full = [t.detach().clone() for _, t in leaves]
     grad_wanted = [t.is_floating_point() for t in full]
-    # The op on whole tensors: outputs and grads (the reference).
-    ref_in = [t.clone().requires_grad_(g) for t, g in zip(full, grad_wanted)]
-    ref_out = _outputs(op(*_replace_leaves(schema, args, ref_in)))
+    # The op on whole tensors: outputs and grads (the reference). An op without a backward is
+    # checked forward only.
+    try:
+        ref_in = [t.clone().requires_grad_(g) for t, g in zip(full, grad_wanted)]
+        ref_out = _outputs(op(*_replace_leaves(schema, args, ref_in)))
+    except NotImplementedError:
+        grad_wanted = [False] * len(full)
+        ref_in = [t.clone() for t in full]
+        ref_out = _outputs(op(*_replace_leaves(schema, args, ref_in)))
     gen = torch.Generator().manual_seed(seed)
     cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype)
                   if o.is_floating_point() and o.requires_grad else None for o in ref_out]
@@ -137,19 +147,20 @@ def _run_case(op, schema, args, mesh, rule, rtol, atol, seed, max_combinations, 
 
     ref_grads = grads_of(ref_out, diff_in)
     out_names = [r.name or str(i) for i, r in enumerate(schema.returns)]
+    accepted = []
+    if rule is not None:
+        fake = [type("Spec", (), {"shape": t.shape})() for t in full]
+        try:
+            accepted = [tuple(_text(p) for p in ins) for _, ins in _sharding.strategies(
+                rule, schema, _replace_leaves(schema, args, fake), {},
+                [o.dim() for o in ref_out])]
+        except ValueError:
+            accepted = []  # the rule cannot place an output: the call below says so
     failures, combos, listed = [], 0, 0
-    for combo in _combinations(full, max_combinations):
+    for combo in _combinations(full, max_combinations, accepted):
         combos += 1
         placement_text = ", ".join(f"{n}: {_text(p)}" for n, p in zip(names, combo))
-        if rule is not None:
-            fake = [type("Spec", (), {"shape": t.shape})() for t in full]
-            try:
-                accepted = [tuple(_text(p) for p in ins) for _, ins in _sharding.strategies(
-                    rule, schema, _replace_leaves(schema, args, fake), {},
-                    [o.dim() for o in ref_out])]
-            except ValueError:
-                accepted = []  # the rule cannot place an output: the call below says so
-            listed += tuple(_text(p) for p in combo) in accepted
+        listed += tuple(_text(p) for p in combo) in accepted
         try:
             dt_in = [distribute_tensor(t, mesh, [p]).requires_grad_(g)
                      for t, p, g in zip(full, combo, grad_wanted)]
@@ -224,9 +235,11 @@ def _run_cases(cases, mesh, options, world_size):
                             options["atol"], options["seed"] + k, options["max_combinations"],
                             label)
         except Exception as e:  # noqa: BLE001 (a report, with the message)
+            # The op (or the sample) failed before any DTensor ran: nothing says the rule is
+            # wrong, so the report says the check could not run.
             rep = {"label": label, "passed": False, "combinations": 0, "listed_by_rule": 0,
-                   "redistributed": 0,
-                   "failures": [{"placements": "", "what": "the check",
+                   "redistributed": 0, "not_run": True,
+                   "failures": [{"placements": "", "what": "the op on whole tensors",
                                  "message": f"{type(e).__name__}: {e}\n"
                                             f"{traceback.format_exc(limit=3)}"}]}
         rep.update(op=name, rule=kind, world_size=world_size)
@@ -256,6 +269,12 @@ def _worker(rank: int, job_path: str) -> None:
         dist.destroy_process_group()
 
 
+def _float64(v):
+    if isinstance(v, torch.Tensor):
+        return v.double() if v.is_floating_point() else v
+    return type(v)(_float64(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
 def _detached(v):
     if isinstance(v, torch.Tensor):
         return v.detach()
@@ -272,13 +291,24 @@ def run_cases(cases, *, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL, seed=0, max_combin
 
     from . import _sharding
 
+    if world_size < 2:
+        raise ValueError(f"sharding check: world_size must be at least 2 (a rule is only "
+                         f"exercised across ranks), got {world_size}")
+    for k, case in enumerate(cases):
+        if not (isinstance(case, (tuple, list)) and len(case) == 3 and isinstance(case[0], str)
+                and "::" in case[0] and isinstance(case[1], str)
+                and isinstance(case[2], (tuple, list))):
+            raise TypeError(f"sharding check: case {k} must be (\"ns::name\", label, [one value "
+                            f"per schema argument]), got {case!r:.200}")
     what = ", ".join(sorted({c[0] for c in cases})) or "no op"
     options = {"rtol": rtol, "atol": atol, "seed": seed, "max_combinations": max_combinations}
     package_root = str(pathlib.Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    cases = [(name, label, [_detached(a) for a in args]) for name, label, args in cases]
+    # float64 always: the tolerances are float64's (a float32 or bfloat16 sample would make a
+    # correct rule's reordered sums look wrong).
+    cases = [(name, label, [_float64(_detached(a)) for a in args]) for name, label, args in cases]
     with tempfile.TemporaryDirectory(prefix="customop_sharding_") as tmp:
         job_path = os.path.join(tmp, "job.pt")
         out_path = os.path.join(tmp, "reports.json")
@@ -286,7 +316,7 @@ def run_cases(cases, *, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL, seed=0, max_combin
                     "libraries": list(_sharding.loaded_libraries), "options": options,
                     "out_path": out_path}, job_path)
         logs = [open(os.path.join(tmp, f"rank{r}.log"), "w+") for r in range(world_size)]
-        procs = [subprocess.Popen([sys.executable, "-m", "customop._sharding_check", "--worker",
+        procs = [subprocess.Popen([sys.executable, "-m", "customop._sharding_main", "--worker",
                                    str(r), job_path], stdout=logs[r], stderr=subprocess.STDOUT,
                                   env=env) for r in range(world_size)]
         deadline = time.monotonic() + timeout
@@ -318,9 +348,11 @@ def run_cases(cases, *, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL, seed=0, max_combin
 
 
 def check_sharding(op, samples, **options) -> list[dict]:
-    """Checks `op`'s declared sharding rule on each sample (float64 values): see the module's
-    docstring. `op`: "ns::name" or an OpOverload; `samples`: a list of (label, args) with one
-    value per schema argument. Options: rtol (1e-9), atol (1e-12), seed, max_combinations
+    """Checks `op`'s declared sharding rule on each sample (floating tensors cast to float64):
+    see the module's docstring. `op`: "ns::name[.overload]", an OpOverload or OpOverloadPacket,
+    a torch.library.custom_op or a customop function; `samples`: a list of (label, args) with
+    one value per schema argument (TypeError otherwise). An op without a backward is checked
+    forward only. Options: rtol (1e-9), atol (1e-12), seed, max_combinations
     (64), timeout (600 s), world_size (2). The workers are fresh Python processes (this
     interpreter, this customop package, the libraries customop.load_library loaded), so it
     works from scripts and notebooks alike.
@@ -328,8 +360,19 @@ def check_sharding(op, samples, **options) -> list[dict]:
     "listed_by_rule", "redistributed", "failures": [{"placements", "what", "index",
     "sharded", "whole", "abs_error", "message"}]}. Raises RuntimeError naming the op when a
     worker fails or the workers time out (their output's tail kept)."""
-    name = op if isinstance(op, str) else op._schema.name
-    return run_cases([(name, label, args) for label, args in samples], **options)
+    from .gradcheck import _op_name  # the same op spellings as check()
+
+    name = _op_name(op)
+    if "::" not in name:
+        raise ValueError(f"check_sharding: ops are named \"ns::name\", got {name!r}")
+    cases = []
+    for k, sample in enumerate(samples):
+        if not (isinstance(sample, (tuple, list)) and len(sample) == 2
+                and isinstance(sample[0], str) and isinstance(sample[1], (tuple, list))):
+            raise TypeError(f"check_sharding({name}): sample {k} must be (label, [one value per "
+                            f"schema argument]), got {sample!r:.200}")
+        cases.append((name, sample[0], sample[1]))
+    return run_cases(cases, **options)
 
 
 def registered_samples(name: str, dtype=torch.float64, device="cpu") -> list:
@@ -346,9 +389,10 @@ def registered_samples(name: str, dtype=torch.float64, device="cpu") -> list:
 
 
 def main(argv=None) -> int:
-    """customop-gradcheck --sharding (and python -m customop._sharding_check): every declared
+    """customop-gradcheck --sharding (and python -m customop._sharding_main): every declared
     rule (of the ops matching --op) on the op's registered samples in float64. Exit status 0
-    when every rule held, 1 when one failed, 2 for bad usage (no op matched)."""
+    when every rule held, 3 when one failed, 2 for bad usage (no op matched); anything else
+    (1: Python itself failed, e.g. torch or customop not importable) means it could not run."""
     import argparse
     import fnmatch
 
@@ -385,6 +429,10 @@ def main(argv=None) -> int:
               f"{'passed' if r['passed'] else 'FAILED'}")
     for n in unsampled:
         print(f"{n:<28} skipped: no registered samples (op.samples)")
+    without = [n for n, r in rules.items() if r["kind"] is None and not r["wrapped"]
+               and fnmatch.fnmatch(n, args.op)]
+    if without:
+        print(f"no sharding rule declared (refused on DTensor): {', '.join(without)}")
     failed = [r for r in reports if not r["passed"]]
     for r in failed:
         print(format_sharding_failure(r))
@@ -392,13 +440,4 @@ def main(argv=None) -> int:
     print(f"sharding: {len(names) - len(unsampled) - ops_failed} of {len(names)} ops passed; "
           f"{len(reports) - len(failed)} of {len(reports)} samples passed, "
           f"{sum(r['combinations'] for r in reports)} placement combinations")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) >= 2 and sys.argv[1] == "--worker":  # python -m ... --worker RANK JOB
-        _worker(int(sys.argv[2]), sys.argv[3])
-    else:
-        sys.exit(main())
+    return 3 if failed else 0

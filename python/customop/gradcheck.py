@@ -198,8 +198,11 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
             report["sharding"] = rule_report
             if not rule_report["passed"]:
                 report["passed"] = False
+                headline = (f"sharding check of {name} could not run: the op failed on whole "
+                            f"tensors" if rule_report.get("not_run") else
+                            f"sharding rule of {name} is wrong")
                 report.setdefault("failures", []).append(
-                    {"check": "sharding", "headline": f"sharding rule of {name} is wrong",
+                    {"check": "sharding", "headline": headline,
                      "detail": format_sharding_failure(rule_report)})
     return reports
 

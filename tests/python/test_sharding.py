@@ -30,7 +30,7 @@ def _g(seed=0):
 
 
 def _randn(*shape, seed=0):
-    return torch.randn(*shape, generator=_g(seed), dtype=torch.float64)
+    return torch.randn(shape, generator=_g(seed), dtype=torch.float64)
 
 
 # Samples of every built-in op in float64: shapes with dims of size >= 2 to shard.
@@ -38,12 +38,16 @@ BUILT_IN = {
     "customop::bias_gelu": [("[4, 6] + [6]", [_randn(4, 6), _randn(6, seed=1), "none"]),
                             ("[2, 4, 6] + [6], tanh", [_randn(2, 4, 6), _randn(6, seed=1), "tanh"])],
     "customop::rms_norm": [("[4, 6]", [_randn(4, 6), _randn(6, seed=1), 1e-6]),
+                           # float32 in: checked in float64 (no false alarm from reordered sums)
+                           ("[5, 6] float32", [_randn(5, 6).float(), _randn(6, seed=1).float(),
+                                               1e-6]),
                            ("[2, 4, 6]", [_randn(2, 4, 6), _randn(6, seed=1), 1e-6])],
     "customop::masked_softmax": [
         ("[4, 6] dim 1, mask [4, 6]", [_randn(4, 6), _randn(4, 6, seed=1) > -0.5, 1]),
         ("[4, 6] dim 0, mask [6]", [_randn(4, 6), _randn(6, seed=1) > -0.5, 0]),
         ("[4, 6] dim -1, no mask", [_randn(4, 6), None, -1])],
-    "customop::max_along": [("[4, 6] dim 1", [_randn(4, 6), 1, False]),
+    "customop::max_along": [("0-d dim 0", [_randn(), 0, False]),
+                            ("[4, 6] dim 1", [_randn(4, 6), 1, False]),
                             ("[4, 6] dim 0 keepdim", [_randn(4, 6), 0, True]),
                             ("[2, 4, 6] dim 1", [_randn(2, 4, 6), 1, False])],
     "customop::clamp_count": [("[4, 6]", [_randn(4, 6), -0.5, 0.5])],
@@ -87,7 +91,8 @@ def test_built_in_rule_matches_the_op_on_whole_tensors(name, built_in_reports):
     assert [r["label"] for r in reports] == [label for label, _ in BUILT_IN[name]]
     for rep in reports:
         assert rep["passed"], gradcheck.format_sharding_failure(rep)
-        assert rep["listed_by_rule"] >= 2, rep  # everything replicated, and a sharded case
+        # everything replicated, and a sharded case (a 0-d sample has only the first)
+        assert rep["listed_by_rule"] >= min(2, rep["combinations"]), rep
     # Combinations the rule does not list make DTensor redistribute; clamp_count's one input
     # is pointwise, so its rule lists all of them.
     redistributed = sum(r["redistributed"] for r in reports)
@@ -98,11 +103,14 @@ def test_built_in_rule_matches_the_op_on_whole_tensors(name, built_in_reports):
 def test_planted_wrong_rules_are_caught():
     customop.load_library(MUTANTS)
     x = _randn(4, 6)
-    reduced, partial, unplaced, control = customop._sharding_check.run_cases([
+    reduced, partial, unplaced, control, none = customop._sharding_check.run_cases([
         ("sharding_mutants::row_norm", "[4, 6]", [x]),
         ("sharding_mutants::clamp_count", "[4, 6]", [x, -0.5, 0.5]),
         ("sharding_mutants::clamp_count_pointwise", "[4, 6]", [x, -0.5, 0.5]),
-        ("sharding_mutants::row_norm_ok", "[4, 6]", [x])])
+        ("sharding_mutants::row_norm_ok", "[4, 6]", [x]),
+        ("sharding_mutants::no_rule", "[4, 6]", [x])])  # no backward either: forward only
+    assert not none["passed"] and none["rule"] is None
+    assert "no sharding rule is declared" in none["failures"][0]["message"]
     assert not reduced["passed"]
     text = gradcheck.format_sharding_failure(reduced)
     assert "sharding_mutants::row_norm" in text and "x: S1" in text
@@ -185,3 +193,26 @@ def test_cli_sharding_checks_registered_samples(tmp_path):
     bad = subprocess.run([CLI, "--op", "customop::nothing*", "--sharding"], capture_output=True,
                          text=True, timeout=600, env=env)
     assert bad.returncode == 2, bad.stdout + bad.stderr
+    # A Python that cannot run the check is bad usage (exit 2), said in a line of ours.
+    broken = subprocess.run([CLI, "--op", "customop::rms_norm", "--dtype", "float64",
+                             "--sharding", "-q"], capture_output=True, text=True, timeout=600,
+                            env=dict(env, CUSTOMOP_PYTHON="/bin/false"))
+    assert broken.returncode == 2, broken.stdout + broken.stderr
+    assert "the sharding check could not run" in broken.stderr
+
+
+def test_malformed_checks_are_refused_before_any_worker_starts():
+    x = _randn(4, 6)
+    with pytest.raises(TypeError, match=r"sample 0 must be \(label, \[one value per"):
+        gradcheck.check_sharding("customop::rms_norm", [(x, _randn(6), 1e-6)])
+    with pytest.raises(ValueError, match="world_size must be at least 2"):
+        gradcheck.check_sharding("customop::rms_norm", [("s", [x, _randn(6), 1e-6])],
+                                 world_size=1)
+    with pytest.raises(ValueError, match='ops are named "ns::name"'):
+        gradcheck.check_sharding("nope", [("s", [x])])
+    # The op on whole tensors failing is a check that could not run, not a wrong rule.
+    (report,) = gradcheck.check(torch.ops.customop.rms_norm, [(x.clone().requires_grad_(), _randn(5), 1e-6)],
+                                sharding=True)
+    sharding_failures = [f for f in report["failures"] if f["check"] == "sharding"]
+    assert sharding_failures[0]["headline"].endswith("could not run: the op failed on whole "
+                                                     "tensors")
