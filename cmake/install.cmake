@@ -107,3 +107,5 @@ install(FILES
 install(FILES "${CMAKE_CURRENT_LIST_DIR}/torch.cmake"
   DESTINATION ${CUSTOMOP_INSTALL_CMAKEDIR} RENAME customop_torch.cmake
   COMPONENT customop_development)
+install(FILES "${CMAKE_CURRENT_LIST_DIR}/customop_runtime_symbols.map"
+  DESTINATION ${CUSTOMOP_INSTALL_CMAKEDIR} COMPONENT customop_development)

@@ -67,8 +67,23 @@ target_compile_definitions(customop_torch INTERFACE
 # pointer) when a program's std::filesystem::remove_all/create_directories binds to it; the
 # dynamic linker takes the first library in load order that defines a symbol, so naming
 # libstdc++ first binds those calls to the real one. (torch 2.12.1 exports none.)
+# NB: libstdc++ is named by the path of the toolchain's shared library, never as -lstdc++: a
+# non-system GCC (a cluster's own, conda-style, devtoolset) can resolve -lstdc++ to its static
+# archive, which put a second libstdc++ (GCC 13.3's) inside libcustomop.so on the first GPU
+# machine. The process's shared libstdc++ then ran on that copy's locale (facet ids differ
+# between the two) and Python segfaulted while the ops registered (printing a schema's
+# double). Where the compiler knows no shared libstdc++ (not GCC's runtime), -lstdc++ stays.
+if(NOT DEFINED CUSTOMOP_LIBSTDCXX)
+  execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -print-file-name=libstdc++.so
+                  OUTPUT_VARIABLE _stdcxx OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(NOT (IS_ABSOLUTE "${_stdcxx}" AND EXISTS "${_stdcxx}"))
+    set(_stdcxx stdc++)
+  endif()
+  set(CUSTOMOP_LIBSTDCXX "${_stdcxx}" CACHE STRING
+      "The C++ runtime every customop library links (the toolchain's shared libstdc++)")
+endif()
 target_link_libraries(customop_torch INTERFACE
-  "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
+  "-Wl,--push-state,--no-as-needed" "${CUSTOMOP_LIBSTDCXX}" "-Wl,--pop-state"
   "${_tlib}/libtorch.so" "${_tlib}/libtorch_cpu.so" "${_tlib}/libc10.so")
 target_link_options(customop_torch INTERFACE "LINKER:-rpath,${_tlib}")
 # NB: a shared library that links libtorch binds its calls to its own functions locally
@@ -76,8 +91,19 @@ target_link_options(customop_torch INTERFACE "LINKER:-rpath,${_tlib}")
 # std::vector<bool>'s deallocate) goes to the first library in load order that exports one,
 # and the CUDA wheel's libtorch loads libraries (libcusparseLt) that export their own copies;
 # ASan reports their free() of our operator new as alloc-dealloc-mismatch.
-target_link_options(customop_torch INTERFACE
-  "$<$<IN_LIST:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY;MODULE_LIBRARY>:LINKER:-Bsymbolic-functions>")
+# The C++ runtime stays private to each shared library: nothing linked from a static archive is
+# exported (--exclude-libs,ALL: libgcc.a, a static libstdc++ part such as devtoolset's
+# libstdc++_nonshared.a), and customop_runtime_symbols.map makes std::, __gnu_cxx:: and the
+# C++ ABI's entry points local. ci/abi-audit checks every shipped library for both.
+# CUSTOMOP_PRIVATE_RUNTIME=OFF drops the two (a library with a version script of its own).
+option(CUSTOMOP_PRIVATE_RUNTIME "Hide the C++ runtime's symbols in shared libraries" ON)
+set(_shared "$<IN_LIST:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY;MODULE_LIBRARY>")
+target_link_options(customop_torch INTERFACE "$<${_shared}:LINKER:-Bsymbolic-functions>")
+if(CUSTOMOP_PRIVATE_RUNTIME)
+  target_link_options(customop_torch INTERFACE
+    "$<${_shared}:LINKER:--exclude-libs,ALL>"
+    "$<${_shared}:LINKER:--version-script=${CMAKE_CURRENT_LIST_DIR}/customop_runtime_symbols.map>")
+endif()
 
 if(CUSTOMOP_ENABLE_CUDA)
   find_package(CUDAToolkit REQUIRED)
