@@ -6,6 +6,7 @@
 
 #include "detail/checker.h"
 #include "detail/compare.h"
+#include "detail/draws.h"
 #include "detail/fake_check.h"
 #include "detail/function.h"
 #include "detail/input_subsets.h"
@@ -13,7 +14,6 @@
 #include "detail/low_precision.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
@@ -173,15 +173,15 @@ void compare_cuda_with_cpu(const BoxedFunction& fn, const torch::jit::Stack& arg
     }
   }
   if (c.diff.empty()) return;
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + 2);
+  at::Generator gen = detail::cpu_generator(seed + 2);
   std::vector<at::Tensor> ys, ys_cpu, gs, gs_cpu;
   for (auto o : c.diff) {
     if (o >= cpu_outs.size() || !cpu_outs[o].requires_grad()) return;
     const auto& y = c.outputs[o];
-    at::Tensor g = at::rand(y.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
+    const at::Tensor g = detail::uniform_cpu(y.numel(), gen, -1.0, 1.0).view(y.sizes());
     ys.push_back(y);
     ys_cpu.push_back(cpu_outs[o]);
-    gs.push_back(g.to(y.options().requires_grad(false)));
+    gs.push_back(detail::to_device_of(g, y));
     gs_cpu.push_back(g.to(cpu_outs[o].scalar_type()));
   }
   try {
@@ -307,7 +307,7 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
       names.push_back(o < c.output_names.size() ? c.output_names[o]
                                                 : "output " + std::to_string(o));
     detail::Function g = make_second_order(f, c.diff, point.size(), names, &r.counts);
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options.seed + 1);
+    at::Generator gen = detail::cpu_generator(options.seed + 1);
     std::vector<at::Tensor> point2 = point;
     for (auto o : c.diff) {
       const auto& y = c.outputs[o];

@@ -269,16 +269,27 @@ def _worker(rank: int, job_path: str) -> None:
         dist.destroy_process_group()
 
 
-def _float64(v):
+def _cpu_float64(v):
+    """v's tensors on the CPU, floating ones in float64: the workers are CPU processes over
+    gloo, so a sample on another device (CUDA) is checked from its CPU copy."""
     if isinstance(v, torch.Tensor):
-        return v.double() if v.is_floating_point() else v
-    return type(v)(_float64(x) for x in v) if isinstance(v, (list, tuple)) else v
+        return v.to("cpu", torch.float64) if v.is_floating_point() else v.to("cpu")
+    return type(v)(_cpu_float64(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 def _detached(v):
     if isinstance(v, torch.Tensor):
         return v.detach()
     return type(v)(_detached(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def job_cases(cases):
+    """The cases as the workers get them: every tensor detached and copied to the CPU (the
+    workers run gloo on CPU processes, so a sample on a GPU is checked from its CPU copy),
+    floating ones in float64 (the tolerances are float64's: a float32 or bfloat16 sample would
+    make a correct rule's reordered sums look wrong)."""
+    return [(name, label, [_cpu_float64(_detached(a)) for a in args])
+            for name, label, args in cases]
 
 
 def run_cases(cases, *, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL, seed=0, max_combinations=64,
@@ -306,9 +317,7 @@ def run_cases(cases, *, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL, seed=0, max_combin
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    # float64 always: the tolerances are float64's (a float32 or bfloat16 sample would make a
-    # correct rule's reordered sums look wrong).
-    cases = [(name, label, [_float64(_detached(a)) for a in args]) for name, label, args in cases]
+    cases = job_cases(cases)
     with tempfile.TemporaryDirectory(prefix="customop_sharding_") as tmp:
         job_path = os.path.join(tmp, "job.pt")
         out_path = os.path.join(tmp, "reports.json")
@@ -348,7 +357,8 @@ def run_cases(cases, *, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL, seed=0, max_combin
 
 
 def check_sharding(op, samples, **options) -> list[dict]:
-    """Checks `op`'s declared sharding rule on each sample (floating tensors cast to float64):
+    """Checks `op`'s declared sharding rule on each sample (tensors copied to the CPU, floating
+    ones cast to float64):
     see the module's docstring. `op`: "ns::name[.overload]", an OpOverload or OpOverloadPacket,
     a torch.library.custom_op or a customop function; `samples`: a list of (label, args) with
     one value per schema argument (TypeError otherwise). An op without a backward is checked

@@ -1,12 +1,12 @@
 #include "detail/checker.h"
 
 #include "detail/compare.h"
+#include "detail/draws.h"
 #include "detail/numerical.h"
 #include "detail/sum_rounding.h"
 #include "detail/values.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -50,7 +50,7 @@ int rank(c10::ScalarType t) {
 // Positive entries also keep c * 1 1^T errors (a constant added to every grad, a broadcast
 // dimension reduced wrongly) from cancelling in the projection.
 at::Tensor bounded_unit(int64_t n, at::Generator& gen) {
-  at::Tensor u = at::rand({n}, gen, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor u = uniform_cpu(n, gen);
   double* p = u.mutable_data_ptr<double>();
   for (int64_t k = 0; k < n; ++k) p[k] += 1.0;
   const double norm = norm2(values_of(u));
@@ -80,7 +80,7 @@ class Checker {
         second_order_(order == Order::kSecond),
         result_(result),
         num_inputs_(point.size()),
-        gen_(at::make_generator<at::CPUGeneratorImpl>(opt.seed)) {}
+        gen_(cpu_generator(opt.seed)) {}
 
   Checked run() {
     evaluate_with_grad();
@@ -303,7 +303,7 @@ class Checker {
     for (std::size_t j = 0; j < num_inputs_; ++j) u[j] = bounded_unit(num_->numel(j), gen_);
     for (std::size_t i = 0; i < num_outputs_; ++i) {
       const auto& y = diff_outputs_[i];
-      v[i] = bounded_unit(y.numel(), gen_).to(y.options().requires_grad(false)).view(y.sizes());
+      v[i] = to_device_of(bounded_unit(y.numel(), gen_), y).view(y.sizes());
       v_double[i] = flat_double(v[i]);  // as rounded to the output's dtype
     }
     std::vector<std::vector<at::Tensor>> vj(num_outputs_);  // (v_i^T J_ij) [n_j]
@@ -549,7 +549,7 @@ class Checker {
         if (!(na > 0 && std::isfinite(na))) continue;
         for (int64_t k = 0; k < n; ++k) toward[k] += a[k] / na;
       }
-      const at::Tensor coin = at::rand({n}, gen_, at::TensorOptions().dtype(at::kDouble));
+      const at::Tensor coin = uniform_cpu(n, gen_);
       const auto heads = values_of(coin);
       double* p = u[j].mutable_data_ptr<double>();
       for (int64_t k = 0; k < n; ++k) {

@@ -21,7 +21,9 @@ const at::TensorOptions kCpu64 = at::TensorOptions().dtype(at::kDouble).device(a
 
 }  // namespace
 
-at::Generator cpu_generator(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+at::Generator cpu_generator(uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
 
 at::Tensor uniform_cpu(int64_t n, at::Generator& gen, double low, double high) {
   require_cpu(gen);

@@ -1,5 +1,7 @@
 #include "detail/function.h"
 
+#include "detail/draws.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -181,8 +183,7 @@ at::Tensor clone_like(const at::Tensor& t, std::optional<c10::ScalarType> dtype)
 }
 
 at::Tensor random_grad_output(const at::Tensor& y, at::Generator& gen) {
-  return (at::rand(y.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1)
-      .to(y.options().requires_grad(false));
+  return uniform_like(y, gen, -1.0, 1.0);
 }
 
 double largest_finite_abs(const at::Tensor& t) {

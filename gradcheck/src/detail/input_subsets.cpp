@@ -1,9 +1,9 @@
 #include "detail/input_subsets.h"
 
+#include "detail/draws.h"
 #include "detail/equal_to_rounding.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <string>
 #include <vector>
@@ -21,7 +21,7 @@ class SubsetCheck {
   SubsetCheck(const Function& f, const Checked& c, std::uint64_t seed, double nondet_tol,
               GradcheckResult& r)
       : f_(f), c_(c), r_(r), nondet_tol_(nondet_tol), rs_(rounding_scale(c.leaves)) {
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + 4);
+    at::Generator gen = cpu_generator(seed + 4);
     for (auto o : c_.diff) {
       const auto& y = c_.outputs[o];
       ys_.push_back(y);

@@ -1,10 +1,10 @@
 #include "detail/layout_variants.h"
 
 #include "detail/compare.h"
+#include "detail/draws.h"
 #include "detail/equal_to_rounding.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <limits>
@@ -51,7 +51,7 @@ class LayoutCheck {
       : f_(f),
         c_(c),
         r_(r),
-        gen_(at::make_generator<at::CPUGeneratorImpl>(seed + 3)),
+        gen_(cpu_generator(seed + 3)),
         nondet_tol_(nondet_tol),
         rs_(rounding_scale(c.leaves)),
         compare_grads_(!r.failed(Check::kReentrancy)) {

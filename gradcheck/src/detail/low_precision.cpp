@@ -2,12 +2,11 @@
 
 #include "detail/checker.h"
 #include "detail/compare.h"
+#include "detail/draws.h"
 #include "detail/function.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
-#include <ATen/ops/bernoulli.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
@@ -296,7 +295,7 @@ void check_low_precision(const BoxedFunction& fn, const torch::jit::Stack& args,
   }
 
   const double u = unit_roundoff(low);
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options.seed + 7);
+  at::Generator gen = cpu_generator(options.seed + 7);
   Plan plan;
   OpCounts& counts = r.low_precision_counts;
   const Call& precise_call = has_reference ? fn.reference : fn.call;
@@ -324,12 +323,12 @@ void check_low_precision(const BoxedFunction& fn, const torch::jit::Stack& args,
     for (int d = 0; d < 2; ++d) {
       std::vector<at::Tensor> xs;
       for (const auto& x : point64) {
-        const at::Tensor sign = at::bernoulli(at::full(x.sizes(), 0.5, x.options()), gen) * 2 - 1;
+        const at::Tensor sign = signs_like(x, gen);
         xs.push_back(x * (1 + u * sign));
       }
       Plan p = base;
       for (auto& g : p.cotangents) {
-        const at::Tensor sign = at::bernoulli(at::full(g.sizes(), 0.5, g.options()), gen) * 2 - 1;
+        const at::Tensor sign = signs_like(g, gen);
         g = g * (1 + u * sign);
       }
       perturbed.push_back(
