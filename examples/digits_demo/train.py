@@ -10,6 +10,13 @@ exported with its autocast region), losses_autocast.csv,
 digits_data.pt (the train/test split, the model's held-out probabilities (TorchScript and
 AOTI) and one batch's gradients, for load_and_eval, aoti_eval and frontend_train),
 losses_torchscript.csv, train_torchscript.json and loss_curve.png.
+
+    python train.py --ops-library ... --out DIR --device cuda
+
+trains and evaluates both models on that device instead (autocast: torch.autocast("cuda",
+bfloat16)) and writes the loss curves (losses_*.csv), digits_model.pt and
+train_torchscript.json only: the AOTI packages and digits_data.pt are the CPU C++ programs'
+inputs, and the plot needs matplotlib, which a GPU machine may lack.
 """
 
 import argparse
@@ -91,9 +98,10 @@ def load_split():
 
 
 def train(model, x_tr, y_tr, x_te, y_te, autocast: bool = False):
-    """The recipe; `autocast`: forward and loss under torch.autocast("cpu", torch.bfloat16)
-    (the linear layers run in bfloat16, each customop op by its declared policy), backward
-    and the Adam step outside it, parameters kept in float32."""
+    """The recipe; `autocast`: forward and loss under torch.autocast(<the data's device>,
+    torch.bfloat16) (the linear layers run in bfloat16, each customop op by its declared
+    policy), backward and the Adam step outside it, parameters kept in float32."""
+    device_type = x_tr.device.type
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     gen = torch.Generator().manual_seed(SEED)
     history = []
@@ -103,7 +111,7 @@ def train(model, x_tr, y_tr, x_te, y_te, autocast: bool = False):
         total, n = 0.0, 0
         for i in range(0, len(x_tr), BATCH):
             idx = perm[i:i + BATCH]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
                 loss = model.loss(x_tr[idx], y_tr[idx])
             opt.zero_grad()
             loss.backward()
@@ -111,7 +119,7 @@ def train(model, x_tr, y_tr, x_te, y_te, autocast: bool = False):
             total += loss.item() * len(idx)
             n += len(idx)
         model.eval()
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.no_grad(), torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
             acc = (model(x_te).argmax(1) == y_te).double().mean().item()
         history.append((epoch, total / n, acc))
     return history
@@ -162,7 +170,11 @@ def main(argv=None):
     p.add_argument("--ops-library", default=os.environ.get("CUSTOMOP_OPS_LIB", str(DEFAULT_OPS_LIB)),
                    help="libcustomop_ops.so (default: $CUSTOMOP_OPS_LIB or %(default)s)")
     p.add_argument("--out", default=str(HERE / "artifacts"), help="output folder (default: %(default)s)")
+    p.add_argument("--device", default="cpu",
+                   help="where the models train: cpu (default: everything above) or cuda "
+                        "(training and evaluation only, see the top of this file)")
     args = p.parse_args(argv)
+    device = torch.device(args.device)
     if not os.path.exists(args.ops_library):
         sys.exit(f"train.py: op library {args.ops_library} not found; build it with "
                  "`cmake --build --preset release --target customop_ops` or pass --ops-library")
@@ -172,8 +184,8 @@ def main(argv=None):
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
 
-    x_tr, y_tr, x_te, y_te = load_split()
-    model = torch.jit.script(DigitsNet())
+    x_tr, y_tr, x_te, y_te = (t.to(device) for t in load_split())
+    model = torch.jit.script(DigitsNet().to(device))  # the CPU initialisation on any device
     t0 = time.perf_counter()
     history = train(model, x_tr, y_tr, x_te, y_te)
     train_s = time.perf_counter() - t0
@@ -187,36 +199,39 @@ def main(argv=None):
     reloaded = torch.jit.load(str(model_path))
     with torch.no_grad():
         reload_diff = (reloaded(x_te) - probs).abs().max().item()
-    t0 = time.perf_counter()
-    aoti_path = out / "digits_model.pt2"
-    aoti_probs = export_aoti(model, x_te, aoti_path)
-    aoti_s = time.perf_counter() - t0
-    aoti_acc = (aoti_probs.argmax(1) == y_te).double().mean().item()
-    aoti_diff = (aoti_probs - probs).abs().max().item()
+    on_cpu = device.type == "cpu"  # the exports and the C++ programs' data: CPU only
+    if on_cpu:
+        t0 = time.perf_counter()
+        aoti_path = out / "digits_model.pt2"
+        aoti_probs = export_aoti(model, x_te, aoti_path)
+        aoti_s = time.perf_counter() - t0
+        aoti_acc = (aoti_probs.argmax(1) == y_te).double().mean().item()
+        aoti_diff = (aoti_probs - probs).abs().max().item()
 
-    # Mixed precision: the same recipe under torch.autocast("cpu", torch.bfloat16), an eager
-    # module (TorchScript does not script autocast regions), and its AOTI package.
+    # Mixed precision: the same recipe under torch.autocast(device, torch.bfloat16), an eager
+    # module (TorchScript does not script autocast regions), and (CPU) its AOTI package.
     torch.manual_seed(SEED)
-    mixed = DigitsNet()
+    mixed = DigitsNet().to(device)
     t0 = time.perf_counter()
     mixed_history = train(mixed, x_tr, y_tr, x_te, y_te, autocast=True)
     mixed_s = time.perf_counter() - t0
     mixed_acc = mixed_history[-1][2]
-    mixed_aoti_path = out / "digits_model_autocast.pt2"
-    mixed_aoti_probs = export_aoti(mixed, x_te, mixed_aoti_path, autocast=True)
-    mixed_aoti_acc = (mixed_aoti_probs.argmax(1) == y_te).double().mean().item()
+    if on_cpu:
+        mixed_aoti_path = out / "digits_model_autocast.pt2"
+        mixed_aoti_probs = export_aoti(mixed, x_te, mixed_aoti_path, autocast=True)
+        mixed_aoti_acc = (mixed_aoti_probs.argmax(1) == y_te).double().mean().item()
 
-    # One batch's gradients, for the C++ loader to compare against.
-    model.train()
-    model.zero_grad()
-    model.loss(x_tr[:GRAD_BATCH], y_tr[:GRAD_BATCH]).backward()
-    tensors = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te,
-               "py_probs_test": probs, "py_aoti_probs_test": aoti_probs,
-               "py_aoti_autocast_probs_test": mixed_aoti_probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
-               "y_grad": y_tr[:GRAD_BATCH].clone()}
-    for name, param in model.named_parameters():
-        tensors["grad." + name] = param.grad.detach().clone()
-    torch.jit.script(TensorContainer(tensors)).save(str(out / "digits_data.pt"))
+        # One batch's gradients, for the C++ loader to compare against.
+        model.train()
+        model.zero_grad()
+        model.loss(x_tr[:GRAD_BATCH], y_tr[:GRAD_BATCH]).backward()
+        tensors = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te,
+                   "py_probs_test": probs, "py_aoti_probs_test": aoti_probs,
+                   "py_aoti_autocast_probs_test": mixed_aoti_probs, "x_grad": x_tr[:GRAD_BATCH].clone(),
+                   "y_grad": y_tr[:GRAD_BATCH].clone()}
+        for name, param in model.named_parameters():
+            tensors["grad." + name] = param.grad.detach().clone()
+        torch.jit.script(TensorContainer(tensors)).save(str(out / "digits_data.pt"))
 
     with open(out / "losses_torchscript.csv", "w") as f:
         f.write("epoch,train_loss,test_accuracy\n")
@@ -226,17 +241,29 @@ def main(argv=None):
         f.writelines(f"{e},{l:.6f},{a:.6f}\n" for e, l, a in mixed_history)
     summary = {"test_accuracy": acc, "n_train": len(x_tr), "n_test": len(x_te), "epochs": EPOCHS,
                "train_seconds": train_s, "final_train_loss": history[-1][1],
-               "max_abs_diff_reload": reload_diff, "aoti_test_accuracy": aoti_acc,
-               "aoti_max_abs_diff_vs_torchscript": aoti_diff, "aoti_export_compile_seconds": aoti_s,
-               "autocast_test_accuracy": mixed_acc, "autocast_train_seconds": mixed_s,
-               "autocast_final_train_loss": mixed_history[-1][1],
-               "autocast_aoti_test_accuracy": mixed_aoti_acc}
+               "max_abs_diff_reload": reload_diff}
+    if on_cpu:
+        summary.update({"aoti_test_accuracy": aoti_acc,
+                        "aoti_max_abs_diff_vs_torchscript": aoti_diff,
+                        "aoti_export_compile_seconds": aoti_s})
+    summary.update({"autocast_test_accuracy": mixed_acc, "autocast_train_seconds": mixed_s,
+                    "autocast_final_train_loss": mixed_history[-1][1]})
+    if on_cpu:
+        summary["autocast_aoti_test_accuracy"] = mixed_aoti_acc
+    else:
+        summary["device"] = str(device)
     (out / "train_torchscript.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"TorchScript model: held-out accuracy {acc:.4f} ({len(x_te)} images), "
+          f"{EPOCHS} epochs in {train_s:.1f} s, final train loss {history[-1][1]:.4f}")
+    if not on_cpu:
+        print(f"Mixed precision (torch.autocast {device.type} bfloat16, eager): held-out accuracy "
+              f"{mixed_acc:.4f} (float32 TorchScript above: {acc:.4f}), {EPOCHS} epochs in "
+              f"{mixed_s:.1f} s; trained on {device}")
+        print(f"saved {model_path}, {out / 'train_torchscript.json'}")
+        return 0
     sys.path.insert(0, str(HERE))
     from plot_losses import plot
     png = plot(out)
-    print(f"TorchScript model: held-out accuracy {acc:.4f} ({len(x_te)} images), "
-          f"{EPOCHS} epochs in {train_s:.1f} s, final train loss {history[-1][1]:.4f}")
     print(f"AOTInductor package (torch.export, dynamic batch): held-out accuracy {aoti_acc:.4f}, "
           f"max |AOTI - TorchScript| {aoti_diff:.2e}, export + compile {aoti_s:.1f} s")
     print(f"Mixed precision (torch.autocast cpu bfloat16, eager): held-out accuracy {mixed_acc:.4f} "
