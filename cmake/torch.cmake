@@ -103,6 +103,9 @@ if(CUSTOMOP_PRIVATE_RUNTIME)
   target_link_options(customop_torch INTERFACE
     "$<${_shared}:LINKER:--exclude-libs,ALL>"
     "$<${_shared}:LINKER:--version-script=${CMAKE_CURRENT_LIST_DIR}/customop_runtime_symbols.map>")
+  # A changed version script relinks what links it.
+  set_property(TARGET customop_torch APPEND PROPERTY INTERFACE_LINK_DEPENDS
+               "${CMAKE_CURRENT_LIST_DIR}/customop_runtime_symbols.map")
 endif()
 
 if(CUSTOMOP_ENABLE_CUDA)
