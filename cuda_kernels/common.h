@@ -7,6 +7,7 @@
 // everything that needs nvcc sits behind `#if defined(__CUDACC__)`.
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_runtime_api.h>
@@ -374,6 +375,44 @@ inline RowLaunch row_launch(std::int64_t rows, std::int64_t cols, int vec) {
   }
   l.blocks = l.blocks < kMaxGridBlocks ? l.blocks : kMaxGridBlocks;
   return l;
+}
+
+/// Accumulate-type values of a row one thread may keep in registers in a single-pass row
+/// kernel, under __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm) (64 registers): 32
+/// float (128 bytes) or 8 double. Read off `nvcc -Xptxas -v` for sm_90: the masked_softmax
+/// kernels at 32 float use 55-64 registers and spill at most 50 bytes (block per row, masked);
+/// at 16 double they spill 46-112 bytes, at 64 float (bf16/fp16 with 8 vectors) 268-580.
+template <typename A>
+inline constexpr int kMaxCachedValues = sizeof(A) == 8 ? 8 : 32;
+
+/// Vectors per thread of a single-pass (register-cached) row kernel with accumulate type A:
+/// the smallest of 1, 2, 4, 8 that holds a row of `nvec` vectors of VEC elements over
+/// `threads` threads within kMaxCachedValues<A>, or 0 when none does (the multi-pass kernel
+/// then runs).
+template <typename A, int VEC>
+inline int cached_vectors(std::int64_t nvec, int threads) {
+  const std::int64_t per_thread = ceil_div(nvec, threads);
+  for (int k = 1; k <= 8; k *= 2) {
+    if (per_thread <= k) return k * VEC <= kMaxCachedValues<A> ? k : 0;
+  }
+  return 0;
+}
+
+/// fn(std::integral_constant<int, K>{}) for K = k (cached_vectors<A, VEC>' result, not 0).
+/// Only the counts cached_vectors can return are instantiated.
+template <typename A, int VEC, typename Fn>
+void dispatch_cached(int k, Fn&& fn) {
+  constexpr int kMax = kMaxCachedValues<A> / VEC;
+  if constexpr (kMax >= 8) {
+    if (k == 8) return fn(std::integral_constant<int, 8>{});
+  }
+  if constexpr (kMax >= 4) {
+    if (k == 4) return fn(std::integral_constant<int, 4>{});
+  }
+  if constexpr (kMax >= 2) {
+    if (k == 2) return fn(std::integral_constant<int, 2>{});
+  }
+  return fn(std::integral_constant<int, 1>{});
 }
 
 /// Grid size of an elementwise (grid-stride) kernel doing `work` items.

@@ -1,6 +1,8 @@
 // Masked softmax forward: three passes over each slice (max of the kept elements; sum of
-// exp(x - max); write), the later passes hitting L1/L2. Masked elements never reach exp or
-// the division, so a fully masked slice (max = -inf, sum = 0) writes zeros and no NaN.
+// exp(x - max); write), the later passes hitting L1/L2. Contiguous rows that fit in the row
+// group's registers (cached_vectors) are read once and exponentiated once instead. Masked
+// elements never reach exp or the division, so a fully masked slice (max = -inf, sum = 0)
+// writes zeros and no NaN.
 
 #include "cuda_kernels/masked_softmax_params.h"
 
@@ -74,6 +76,67 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)
 #pragma unroll
       for (int j = 0; j < VEC; ++j) xv[j] = keep[j] ? exp_acc(xv[j] - row_max) / row_sum : A(0);
       store_vec<VEC>(y + v * VEC, xv);
+    }
+  }
+}
+
+/// The single-pass form of masked_softmax_rows_kernel: thread tid keeps its vectors (tid,
+/// tid + nthreads, ...; at most kVecs, which cover the row) and their mask in registers, and
+/// exponentiates each kept element once. The same operations in the same order as the
+/// three-pass kernel, so both give the same bits.
+template <typename T, int VEC, int kVecs, bool kBlockPerRow, bool kHasMask>
+__global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)
+    masked_softmax_rows_cached_kernel(const T* __restrict__ input,
+                                      const std::uint8_t* __restrict__ mask, T* __restrict__ output,
+                                      std::int64_t rows, std::int64_t size) {
+  using A = acc_t<T>;
+  const auto m = RowMapping<kBlockPerRow>::make();
+  const std::int64_t nvec = size / VEC;
+  for (std::int64_t row = m.first_row; row < rows; row += m.row_stride) {
+    const T* x = input + row * size;
+    const std::uint8_t* mk = nullptr;
+    if constexpr (kHasMask) mk = mask + row * size;
+    T* y = output + row * size;
+
+    A xv[kVecs][VEC];
+    bool keep[kVecs][VEC];
+    A row_max = neg_inf(A{});
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const std::int64_t v = m.tid + static_cast<std::int64_t>(k) * m.nthreads;
+      if (v < nvec) {
+        load_vec<VEC>(x + v * VEC, xv[k]);
+        load_keep<kHasMask, VEC>(mk, v * VEC, keep[k]);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          if (keep[k][j]) row_max = MaxOp{}(row_max, xv[k][j]);
+        }
+      }
+    }
+    row_max = row_reduce_max<kBlockPerRow>(row_max);
+
+    A row_sum = 0;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const std::int64_t v = m.tid + static_cast<std::int64_t>(k) * m.nthreads;
+      if (v < nvec) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          xv[k][j] = keep[k][j] ? exp_acc(xv[k][j] - row_max) : A(0);
+          if (keep[k][j]) row_sum += xv[k][j];
+        }
+      }
+    }
+    row_sum = row_reduce_sum<kBlockPerRow>(row_sum);
+
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const std::int64_t v = m.tid + static_cast<std::int64_t>(k) * m.nthreads;
+      if (v < nvec) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) xv[k][j] = keep[k][j] ? xv[k][j] / row_sum : A(0);
+        store_vec<VEC>(y + v * VEC, xv[k]);
+      }
     }
   }
 }
@@ -159,6 +222,23 @@ void launch_rows(const MaskedSoftmaxParams& p, const RowLaunch& l, cudaStream_t 
   auto* y = static_cast<T*>(p.output);
   const dim3 grid(static_cast<unsigned>(l.blocks));
   const dim3 block(static_cast<unsigned>(l.threads));
+  if constexpr (VEC > 1) {
+    const int group = l.block_per_row ? l.threads : kWarpSize;
+    const int cached = cached_vectors<acc_t<T>, VEC>(p.size / VEC, group);
+    if (cached > 0) {
+      dispatch_cached<acc_t<T>, VEC>(cached, [&](auto k) {
+        constexpr int kVecs = decltype(k)::value;
+        if (l.block_per_row) {
+          masked_softmax_rows_cached_kernel<T, VEC, kVecs, true, kHasMask>
+              <<<grid, block, 0, stream>>>(x, p.mask, y, p.outer, p.size);
+        } else {
+          masked_softmax_rows_cached_kernel<T, VEC, kVecs, false, kHasMask>
+              <<<grid, block, 0, stream>>>(x, p.mask, y, p.outer, p.size);
+        }
+      });
+      return;
+    }
+  }
   if (l.block_per_row) {
     masked_softmax_rows_kernel<T, VEC, true, kHasMask>
         <<<grid, block, 0, stream>>>(x, p.mask, y, p.outer, p.size);

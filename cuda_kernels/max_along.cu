@@ -22,6 +22,18 @@ __device__ __forceinline__ bool beats(A v2, std::int64_t i2, A v1, std::int64_t 
   return v2 > v1 || (v2 == v1 && i2 < i1);
 }
 
+/// One thread's scan step: does x (index i) replace (best, best_i)? The thread meets its
+/// indices in increasing order, so `beats` reduces to: nothing kept yet, or best is not NaN
+/// and x is NaN or larger (a tie, or a later NaN, keeps the earlier index). Cheaper per
+/// element than `beats` (no 64-bit index compare), which still combines the threads.
+template <typename A>
+__device__ __forceinline__ void scan_step(A x, std::int64_t i, A& best, std::int64_t& best_i) {
+  if (best_i == kNoIndex || (!isnan(best) && (isnan(x) || x > best))) {
+    best = x;
+    best_i = i;
+  }
+}
+
 template <typename A>
 __device__ __forceinline__ void warp_argmax(A& v, std::int64_t& i) {
 #pragma unroll
@@ -77,16 +89,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)
     const T* x = input + row * size;
     A best = neg_inf(A{});
     std::int64_t best_i = kNoIndex;
+#pragma unroll 4
     for (std::int64_t v = m.tid; v < nvec; v += m.nthreads) {
       A xv[VEC];
       load_vec<VEC>(x + v * VEC, xv);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        if (beats(xv[j], v * VEC + j, best, best_i)) {
-          best = xv[j];
-          best_i = v * VEC + j;
-        }
-      }
+      for (int j = 0; j < VEC; ++j) scan_step(xv[j], v * VEC + j, best, best_i);
     }
     if constexpr (kBlockPerRow) {
       block_argmax(best, best_i);

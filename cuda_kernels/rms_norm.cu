@@ -1,5 +1,7 @@
 // RMSNorm forward: one warp (D <= 1024) or one block per row, sum of squares reduced with
-// warp shuffles, then a second pass over the (L1/L2-resident) row to scale and store.
+// warp shuffles. When the row fits in the group's registers (cached_vectors), x is read once
+// and kept there for the scale-and-store (a single pass over memory, as Inductor's persistent
+// reductions); otherwise a second pass rereads the (L1/L2-resident) row.
 
 #include "cuda_kernels/rms_norm_params.h"
 
@@ -47,6 +49,47 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)
   }
 }
 
+/// The single-pass kernel: thread tid keeps vectors tid, tid + nthreads, ... (at most kVecs,
+/// which cover the row) in registers between the reduction and the store. Sums in the same
+/// order as rms_norm_fwd_kernel, so both give the same bits.
+template <typename T, int VEC, int kVecs, bool kBlockPerRow>
+__global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)
+    rms_norm_fwd_cached_kernel(const T* __restrict__ input, const T* __restrict__ weight,
+                               T* __restrict__ output, std::int64_t rows, std::int64_t cols,
+                               acc_t<T> eps) {
+  using A = acc_t<T>;
+  const auto m = RowMapping<kBlockPerRow>::make();
+  const std::int64_t nvec = cols / VEC;
+  for (std::int64_t row = m.first_row; row < rows; row += m.row_stride) {
+    const T* x = input + row * cols;
+    T* y = output + row * cols;
+    A xv[kVecs][VEC];
+    A sum_sq = 0;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const std::int64_t v = m.tid + static_cast<std::int64_t>(k) * m.nthreads;
+      if (v < nvec) {
+        load_vec<VEC>(x + v * VEC, xv[k]);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) sum_sq += xv[k][j] * xv[k][j];
+      }
+    }
+    sum_sq = row_reduce_sum<kBlockPerRow>(sum_sq);
+    const A inv_rms = rsqrt_acc(sum_sq / static_cast<A>(cols) + eps);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const std::int64_t v = m.tid + static_cast<std::int64_t>(k) * m.nthreads;
+      if (v < nvec) {
+        A wv[VEC];
+        load_vec<VEC>(weight + v * VEC, wv);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) xv[k][j] = xv[k][j] * inv_rms * wv[j];
+        store_vec<VEC>(y + v * VEC, xv[k]);
+      }
+    }
+  }
+}
+
 template <typename T, int VEC>
 void launch_shape(const RmsNormParams& p, const RowLaunch& l, cudaStream_t stream) {
   const auto* x = static_cast<const T*>(p.input);
@@ -55,6 +98,23 @@ void launch_shape(const RmsNormParams& p, const RowLaunch& l, cudaStream_t strea
   const auto eps = static_cast<acc_t<T>>(p.eps);
   const dim3 grid(static_cast<unsigned>(l.blocks));
   const dim3 block(static_cast<unsigned>(l.threads));
+  if constexpr (VEC > 1) {
+    const int group = l.block_per_row ? l.threads : kWarpSize;
+    const int cached = cached_vectors<acc_t<T>, VEC>(p.cols / VEC, group);
+    if (cached > 0) {
+      dispatch_cached<acc_t<T>, VEC>(cached, [&](auto k) {
+        constexpr int kVecs = decltype(k)::value;
+        if (l.block_per_row) {
+          rms_norm_fwd_cached_kernel<T, VEC, kVecs, true>
+              <<<grid, block, 0, stream>>>(x, w, y, p.rows, p.cols, eps);
+        } else {
+          rms_norm_fwd_cached_kernel<T, VEC, kVecs, false>
+              <<<grid, block, 0, stream>>>(x, w, y, p.rows, p.cols, eps);
+        }
+      });
+      return;
+    }
+  }
   if (l.block_per_row) {
     rms_norm_fwd_kernel<T, VEC, true><<<grid, block, 0, stream>>>(x, w, y, p.rows, p.cols, eps);
   } else {

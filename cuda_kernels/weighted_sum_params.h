@@ -9,17 +9,27 @@
 
 namespace customop::cuda_kernels {
 
+/// Most inputs a launch may pass in host memory (WeightedSumParams::table_on_host): the
+/// launcher copies them into the kernel's parameters (16 pointers + 16 weights, 256 bytes).
+inline constexpr std::int64_t kWeightedSumMaxHostTable = 16;
+
 /// Launch parameters of y = sum_k w_k * x_k over K tensors of one shape (the forward of
 /// torch.stack(xs).mul(w.view(-1, 1...)).sum(0), accumulated without intermediate rounding).
 /// All tensors are contiguous, of element type `dtype`, `numel` elements each.
 struct WeightedSumParams {
-  /// Device array of K device pointers; inputs[k] points at x_k, `numel` elements of `dtype`,
-  /// contiguous. The glue copies the pointer table to the device. Default: nullptr (must be
-  /// set when k > 0).
+  /// Array of K device pointers; inputs[k] points at x_k, `numel` elements of `dtype`,
+  /// contiguous. In device memory, or in host memory when table_on_host. Default: nullptr
+  /// (must be set when k > 0).
   const void* const* inputs = nullptr;
-  /// Device array of K float64 weights w_k (unitless), cast to the accumulate type in the
-  /// kernel. Default: nullptr (must be set when k > 0).
+  /// Array of K float64 weights w_k (unitless), cast to the accumulate type in the kernel; in
+  /// device memory, or in host memory when table_on_host. Default: nullptr (must be set when
+  /// k > 0).
   const double* weights = nullptr;
+  /// True: `inputs` and `weights` are host arrays of K <= kWeightedSumMaxHostTable entries,
+  /// read at launch into the kernel's parameters (no device table and no copy on the stream,
+  /// so the launch can be captured in a CUDA graph; the glue does this). False: they are
+  /// device arrays, any K. Default: false.
+  bool table_on_host = false;
   /// Output y, `numel` elements of `dtype`, freshly allocated (must not alias any x_k).
   /// Default: nullptr (must be set).
   void* output = nullptr;
@@ -39,7 +49,8 @@ struct WeightedSumParams {
 ///                WeightedSumParams: shapes K inputs and y [numel], weights [K])
 /// \param stream  the CUDA stream to enqueue on (the glue passes the current stream of the
 ///                input's device)
-/// \returns cudaErrorInvalidValue for negative sizes, null pointers or an unknown dtype;
+/// \returns cudaErrorInvalidValue for negative sizes, null pointers, an unknown dtype, or
+///          table_on_host with K > kWeightedSumMaxHostTable;
 ///          cudaSuccess without launching when numel == 0; else cudaGetLastError() right after
 ///          the launch (kernel faults surface at the next synchronising call)
 /// \throws nothing: errors are returned

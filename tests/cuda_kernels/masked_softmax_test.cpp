@@ -132,10 +132,16 @@ void expect_masked_softmax(DType dtype, std::int64_t outer, std::int64_t size, s
 }
 
 TEST_F(MaskedSoftmaxLauncherCuda, LaunchSucceedsAndWritesTheMaskedSoftmax) {
-  // inner 1: a warp per slice (size 8: 16-byte vector loads; 7: scalar; 1100: a block per
-  // slice); inner 5: the split strided kernel.
-  for (auto [size, inner] :
-       {std::pair<std::int64_t, std::int64_t>{8, 1}, {7, 1}, {1100, 1}, {7, 5}}) {
+  // inner 1: a warp per slice (size 8: 16-byte vector loads, cached in registers; 7: scalar;
+  // 1024: 8 cached vectors a lane for float, the three-pass kernel for double), a block per
+  // slice (1100: cached; 40000: too long to cache, three passes); inner 5: the split strided
+  // kernel.
+  for (auto [size, inner] : {std::pair<std::int64_t, std::int64_t>{8, 1},
+                             {7, 1},
+                             {1024, 1},
+                             {1100, 1},
+                             {40000, 1},
+                             {7, 5}}) {
     for (bool with_mask : {true, false}) {
       expect_masked_softmax<float>(DType::kFloat32, 3, size, inner, with_mask, 1e-5);
       expect_masked_softmax<double>(DType::kFloat64, 3, size, inner, with_mask, 1e-12);

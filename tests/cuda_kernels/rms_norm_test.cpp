@@ -105,8 +105,10 @@ void expect_rows_normalised(DType dtype, std::int64_t rows, std::int64_t cols, d
 }
 
 TEST_F(RmsNormLauncherCuda, LaunchSucceedsAndWritesTheNormalisedRows) {
-  // cols 8: 16-byte vector loads; 5: scalar; 1100: a block per row.
-  for (std::int64_t cols : {8, 5, 1100}) {
+  // cols 8: 16-byte vector loads, the row cached in registers (one vector a lane); 5: scalar;
+  // 1024: a warp per row, 8 cached vectors a lane (float) or the two-pass kernel (double);
+  // 1100, 4096: a block per row, cached; 40000: a block per row, too long to cache.
+  for (std::int64_t cols : {8, 5, 1024, 1100, 4096, 40000}) {
     expect_rows_normalised<float>(DType::kFloat32, 3, cols, 1e-5);
     expect_rows_normalised<double>(DType::kFloat64, 3, cols, 1e-12);
   }

@@ -18,6 +18,7 @@
 namespace {
 
 using customop::cuda_kernels::DType;
+using customop::cuda_kernels::kWeightedSumMaxHostTable;
 using customop::cuda_kernels::launch_weighted_sum_fwd;
 using customop::cuda_kernels::WeightedSumParams;
 using customop::testing::all_close;
@@ -60,6 +61,17 @@ TEST(WeightedSumLauncher, NullPointersAreInvalidValue) {
   EXPECT_EQ(launch_weighted_sum_fwd(p, nullptr), cudaErrorInvalidValue) << "output, k = 0";
 }
 
+TEST(WeightedSumLauncher, HostTableOfMoreThanItsMaximumIsInvalidValue) {
+  std::vector<const void*> ptrs(kWeightedSumMaxHostTable + 1, g_output);
+  std::vector<double> ws(ptrs.size(), 1.0);
+  WeightedSumParams p = nonempty_params();
+  p.inputs = ptrs.data();
+  p.weights = ws.data();
+  p.table_on_host = true;
+  p.k = kWeightedSumMaxHostTable + 1;
+  EXPECT_EQ(launch_weighted_sum_fwd(p, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(WeightedSumLauncher, UnknownDtypeIsInvalidValue) {
   WeightedSumParams p = nonempty_params();
   p.dtype = kUnknownDType;
@@ -80,8 +92,8 @@ TEST(WeightedSumLauncher, ZeroNumelSucceedsWithoutLaunchingEvenWithNullPointers)
 class WeightedSumLauncherCuda : public CudaLaunchTest {};
 
 template <class T>
-void expect_weighted_sum(DType dtype, std::int64_t numel, double tol) {
-  SCOPED_TRACE(::testing::Message() << "numel " << numel);
+void expect_weighted_sum(DType dtype, std::int64_t numel, double tol, bool table_on_host) {
+  SCOPED_TRACE(::testing::Message() << "numel " << numel << (table_on_host ? ", host table" : ""));
   const auto n = static_cast<std::size_t>(numel);
   const std::vector<double> w = {0.5, -1.25, 2.0};
   std::vector<std::vector<T>> xs;
@@ -96,8 +108,10 @@ void expect_weighted_sum(DType dtype, std::int64_t numel, double tol) {
   const std::vector<const void*> table = {d_x0.get(), d_x1.get(), d_x2.get()};
   DeviceBuffer<const void*> d_table(table);
   DeviceBuffer<double> d_w(w);
-  const WeightedSumParams p{.inputs = d_table.get(),
-                            .weights = d_w.get(),
+  // The host table (the kernel's parameters) or the device table: the same sums.
+  const WeightedSumParams p{.inputs = table_on_host ? table.data() : d_table.get(),
+                            .weights = table_on_host ? w.data() : d_w.get(),
+                            .table_on_host = table_on_host,
                             .output = d_y.get(),
                             .k = 3,
                             .numel = numel,
@@ -107,9 +121,11 @@ void expect_weighted_sum(DType dtype, std::int64_t numel, double tol) {
 }
 
 TEST_F(WeightedSumLauncherCuda, LaunchSucceedsAndWritesTheWeightedSum) {
-  for (std::int64_t numel : {1, 7, 64, 1001}) {
-    expect_weighted_sum<float>(DType::kFloat32, numel, 1e-5);
-    expect_weighted_sum<double>(DType::kFloat64, numel, 1e-12);
+  for (bool table_on_host : {false, true}) {
+    for (std::int64_t numel : {1, 7, 64, 1001}) {
+      expect_weighted_sum<float>(DType::kFloat32, numel, 1e-5, table_on_host);
+      expect_weighted_sum<double>(DType::kFloat64, numel, 1e-12, table_on_host);
+    }
   }
 }
 
