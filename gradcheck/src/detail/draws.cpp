@@ -32,9 +32,7 @@ at::Tensor uniform_cpu(int64_t n, at::Generator& gen, double low, double high) {
 }
 
 at::Tensor uniform_like(const at::Tensor& like, at::Generator& gen, double low, double high) {
-  require_cpu(gen);
-  const at::Tensor u = at::rand(like.sizes(), gen, kCpu64) * (high - low) + low;
-  return to_device_of(u, like);
+  return to_device_of(uniform_cpu(like.numel(), gen, low, high).view(like.sizes()), like);
 }
 
 at::Tensor signs_like(const at::Tensor& like, at::Generator& gen) {
