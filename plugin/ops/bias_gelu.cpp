@@ -130,7 +130,7 @@ Op<BiasGeluArgs>& bias_gelu_op() {
 
 namespace {
 // Loading libcustomop_ops.so registers the op with the dispatcher.
-[[maybe_unused]] const auto& registered = bias_gelu_op();
+[[maybe_unused]] const auto& bias_gelu_registered = bias_gelu_op();
 }  // namespace
 
 }  // namespace customop::ops

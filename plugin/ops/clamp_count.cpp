@@ -118,7 +118,7 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
 
 namespace {
 // Loading libcustomop_ops.so registers the op with the dispatcher.
-[[maybe_unused]] const auto& registered = clamp_count_op();
+[[maybe_unused]] const auto& clamp_count_registered = clamp_count_op();
 }  // namespace
 
 }  // namespace customop::ops

@@ -123,7 +123,7 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
 
 namespace {
 // Loading libcustomop_ops.so registers the op with the dispatcher.
-[[maybe_unused]] const auto& registered = masked_softmax_op();
+[[maybe_unused]] const auto& masked_softmax_registered = masked_softmax_op();
 }  // namespace
 
 }  // namespace customop::ops

@@ -125,7 +125,7 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
 
 namespace {
 // Loading libcustomop_ops.so registers the op with the dispatcher.
-[[maybe_unused]] const auto& registered = max_along_op();
+[[maybe_unused]] const auto& max_along_registered = max_along_op();
 }  // namespace
 
 }  // namespace customop::ops

@@ -115,7 +115,7 @@ Op<RmsNormArgs>& rms_norm_op() {
 
 namespace {
 // Loading libcustomop_ops.so registers the op with the dispatcher.
-[[maybe_unused]] const auto& registered = rms_norm_op();
+[[maybe_unused]] const auto& rms_norm_registered = rms_norm_op();
 }  // namespace
 
 }  // namespace customop::ops

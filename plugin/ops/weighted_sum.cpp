@@ -116,7 +116,7 @@ Op<WeightedSumArgs>& weighted_sum_op() {
 
 namespace {
 // Loading libcustomop_ops.so registers the op with the dispatcher.
-[[maybe_unused]] const auto& registered = weighted_sum_op();
+[[maybe_unused]] const auto& weighted_sum_registered = weighted_sum_op();
 }  // namespace
 
 }  // namespace customop::ops

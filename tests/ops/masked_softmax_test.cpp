@@ -22,7 +22,7 @@ using customop::testing::tolerance_for;
 using ::testing::HasSubstr;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kQuietNaN = std::numeric_limits<double>::quiet_NaN();
 
 at::Tensor masked_softmax(const at::Tensor& x, const std::optional<at::Tensor>& mask, int64_t dim) {
   return customop::ops::masked_softmax_op()(
@@ -101,8 +101,8 @@ TEST_P(MaskedSoftmaxDevice, FullyMaskedSlicesGiveZeros) {
 }
 
 TEST_P(MaskedSoftmaxDevice, NonFiniteInputsFollowTorchSoftmax) {
-  const auto x = at::tensor({1.0, kNaN, 3.0, 0.5,         // kept NaN: the row is NaN
-                             1.0, kNaN, 3.0, 0.5,         // masked NaN: ignored
+  const auto x = at::tensor({1.0, kQuietNaN, 3.0, 0.5,    // kept NaN: the row is NaN
+                             1.0, kQuietNaN, 3.0, 0.5,    // masked NaN: ignored
                              -kInf, -kInf, -kInf, -kInf,  // all -inf kept: NaN, as torch
                              1e4, -1e4, 1e4, 0.0},        // large values stay finite
                             at::kDouble)

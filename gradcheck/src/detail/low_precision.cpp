@@ -4,6 +4,7 @@
 #include "detail/compare.h"
 #include "detail/draws.h"
 #include "detail/function.h"
+#include "detail/numerical.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
@@ -30,11 +31,6 @@ namespace customop::gradcheck::detail {
 namespace {
 
 using Call = std::function<void(torch::jit::Stack&)>;
-
-/// Unit roundoff u of a low dtype: 2^-8 for bfloat16 (8 significant bits), 2^-11 for float16.
-double unit_roundoff(c10::ScalarType t) {
-  return std::ldexp(1.0, t == c10::ScalarType::Half ? -11 : -8);
-}
 
 /// The outputs compared and the grads of one run, float64 on the CPU.
 struct Run {
