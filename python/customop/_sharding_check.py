@@ -26,6 +26,8 @@ import traceback
 
 import torch
 
+from ._op_names import op_name
+
 DEFAULT_RTOL = 1e-9  # float64: sums split over ranks differ from whole sums by a few ulps
 DEFAULT_ATOL = 1e-12
 
@@ -370,9 +372,7 @@ def check_sharding(op, samples, **options) -> list[dict]:
     "listed_by_rule", "redistributed", "failures": [{"placements", "what", "index",
     "sharded", "whole", "abs_error", "message"}]}. Raises RuntimeError naming the op when a
     worker fails or the workers time out (their output's tail kept)."""
-    from .gradcheck import _op_name  # the same op spellings as check()
-
-    name = _op_name(op)
+    name = op_name(op)  # the same op spellings as check()
     if "::" not in name:
         raise ValueError(f"check_sharding: ops are named \"ns::name\", got {name!r}")
     cases = []

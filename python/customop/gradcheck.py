@@ -34,31 +34,12 @@ from torch.autograd.gradcheck import GradcheckError
 
 from ._dropin import UnreliableDifferencesWarning, check_callable, gradcheck, gradgradcheck
 from ._harness import ensure_loaded, format_failure, run
+from ._op_names import op_name as _op_name
 from ._sharding_check import check_sharding, format_sharding_failure
 
 __all__ = ["GradcheckError", "Sample", "UnreliableDifferencesWarning", "assert_gradcheck",
            "check", "check_callable", "check_sharding", "format_failure",
            "format_sharding_failure", "gradcheck", "gradgradcheck"]
-
-
-def _op_name(op) -> str:
-    """'ns::name' or 'ns::name.overload' for an OpOverload, an OpOverloadPacket (its default
-    overload), a torch.library.custom_op object, or a string."""
-    if isinstance(op, str):
-        return op
-    if hasattr(op, "_opoverload"):  # torch.library.custom_op
-        op = op._opoverload
-    if isinstance(op, torch._ops.OpOverloadPacket):
-        if "default" not in op.overloads():
-            raise ValueError(f"customop.gradcheck.check: {op._qualified_op_name} has no default "
-                             f"overload; pick one of: "
-                             f"{', '.join(op._qualified_op_name + '.' + o for o in op.overloads())}")
-        op = op.default
-    if isinstance(op, torch._ops.OpOverload):
-        name = op._schema.name
-        return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
-    raise TypeError(f"customop.gradcheck.check: expected an op (torch.ops.ns.name, an overload, "
-                    f"a torch.library.custom_op) or 'ns::name', got {type(op).__name__}")
 
 
 class Sample:
