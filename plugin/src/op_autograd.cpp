@@ -87,7 +87,19 @@ void check_no_library_autograd_kernel(const std::string& name, const c10::Operat
 }
 }  // namespace
 
+namespace {
+void check_not_mutating(const OpCore& op, const std::source_location& loc) {
+  TORCH_CHECK(!op.mutates(), op.name(),
+              ": writes an argument in place (Tensor(a!)); a backward formula for an op that "
+              "writes its arguments is not supported yet, so the one at ",
+              format_location(loc),
+              " is refused. Calls whose inputs require grad are refused with an error naming "
+              "the argument instead of returning wrong gradients");
+}
+}  // namespace
+
 void OpCore::note_save_for_backward(std::source_location loc) {
+  check_not_mutating(*this, loc);
   TORCH_CHECK(!save_loc_.has_value(), name_, ": save_for_backward is already registered at ",
               format_location(*save_loc_), "; the second one at ", format_location(loc),
               " is refused");
@@ -100,6 +112,7 @@ void OpCore::note_save_for_backward(std::source_location loc) {
 
 void OpCore::note_backward(std::source_location loc, std::optional<std::vector<bool>> output_diff,
                            bool returns_backward_ok) {
+  check_not_mutating(*this, loc);
   TORCH_CHECK(!backward_loc_.has_value(), name_, ": backward is already registered at ",
               format_location(*backward_loc_), "; the second one at ", format_location(loc),
               " is refused");
@@ -150,6 +163,7 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
   }
   // Autograd not implemented: an error only when a gradient could be asked for.
   if (at::GradMode::is_enabled()) {
+    if (mutates_) check_written_args_autograd(*stack);
     const size_t n = schema_.arguments().size();
     for (size_t i = 0; i < n; ++i) {
       const auto& v = (*stack)[stack->size() - n + i];
@@ -167,6 +181,13 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
           "' requires grad). Register a formula with impl_save_for_backward and "
           "impl_backward, or call the op under torch::NoGradGuard");
     }
+  }
+  if (mutates_) {
+    // NB: below autograd only, so the ADInplaceOrView kernel runs and bumps the versions of
+    // the written arguments (op_mutation.cpp).
+    at::AutoDispatchBelowAutograd guard;
+    h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    return;
   }
   at::AutoDispatchBelowADInplaceOrView guard;
   h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);

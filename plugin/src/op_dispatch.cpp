@@ -128,6 +128,7 @@ void OpCore::register_with_dispatcher() {
               torch::dispatch(c10::DispatchKey::Tracer, torch::CppFunction::makeFromBoxedFunctor(
                                                             std::make_unique<TracerKernel>(this))));
   }
+  if (mutates_) install_inplace_or_view_kernel(*lib);
   libraries_.push_back(std::move(lib));
   install_autograd_indirection();
 }
@@ -296,6 +297,14 @@ void NoBackendKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet
 
 void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {
   const auto* entry = kernels_[kernel_slot(device)].load(std::memory_order_acquire);
+  if (entry == nullptr && device == c10::DeviceType::Meta && returns_.empty()) {
+    // A `-> ()` op (it only writes its arguments) has nothing to compute on meta tensors: its
+    // fake kernel is trivial unless it registers one to check its arguments.
+    if (!detail::ArgsCheckedScope::checked(stack)) check_tensor_args_defined(name_, args_, *stack);
+    check_written_args(device, *stack);
+    torch::jit::drop(*stack, args_.size());
+    return;
+  }
   if (entry == nullptr) {
     // NB: a RuntimeError, not NotImplementedError, for Meta: FakeTensor turns the latter into
     // its generic UnsupportedOperatorException, which would drop the op's name and the fix.
@@ -311,6 +320,7 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
         ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
   }
   if (!detail::ArgsCheckedScope::checked(stack)) check_tensor_args_defined(name_, args_, *stack);
+  if (mutates_) check_written_args(device, *stack);
   entry->fn(stack);
 }
 

@@ -180,6 +180,29 @@ bool is_reserved_namespace(std::string_view ns) {
 
 OpCore::~OpCore() = default;
 
+void OpCore::check_written_argument(const c10::Argument& a, const c10::AliasInfo& alias,
+                                    std::vector<std::string>& write_sets) const {
+  TORCH_CHECK_VALUE(alias.isWrite(), name_, ": argument '", a.name(),
+                    "' is annotated as an alias (", a.type()->str(), alias,
+                    ") that the op reads but does not write; customop ops take arguments by "
+                    "value or write them in place: drop the annotation, or write Tensor(a!) "
+                    "with a customop::MutableTensor field");
+  const auto kind = kind_of_type(a.real_type());
+  TORCH_CHECK_VALUE(kind == ArgKind::kTensor, name_, ": the schema mutates argument '", a.name(),
+                    "' (", a.type()->str(), ", alias ", alias,
+                    "), but but only a Tensor argument can be written in place "
+                    "(Tensor(a!), a customop::MutableTensor field); Tensor? and Tensor[] "
+                    "arguments cannot be");
+  for (const auto& set : alias.beforeSets()) {
+    const std::string letter = set.toUnqualString();
+    TORCH_CHECK_VALUE(std::find(write_sets.begin(), write_sets.end(), letter) == write_sets.end(),
+                      name_, ": argument '", a.name(), "' is written in the alias set '", letter,
+                      "' that an earlier argument also writes; give each written argument its "
+                      "own set (Tensor(a!) x, Tensor(b!) y)");
+    write_sets.push_back(letter);
+  }
+}
+
 OpCore::OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> fields,
                std::span<const ArgKind> return_kinds, std::source_location loc)
     : schema_(parse_or_throw(schema_text)), schema_text_(schema_text), loc_(loc) {
@@ -196,24 +219,23 @@ OpCore::OpCore(std::string_view schema_text, std::span<const detail::FieldInfo> 
                     op_name.overload_name, "'");
   TORCH_CHECK_VALUE(!is_reserved_namespace(ns_), name_, ": the namespace '", ns_,
                     "' is reserved for PyTorch; choose your own namespace");
+  for (const auto& r : schema_.returns()) {
+    TORCH_CHECK_VALUE(r.alias_info() == nullptr, name_,
+                      ": the schema returns an alias or view of an input (", r.type()->str(),
+                      r.alias_info()->isWrite() ? "!" : "",
+                      "); customop ops return new tensors. An op that writes an argument "
+                      "declares it Tensor(a!) and returns () (the caller holds the tensor)");
+  }
+  std::vector<std::string> write_sets;  // one alias set per written argument
   for (const auto& a : schema_.arguments()) {
     TORCH_CHECK_VALUE(a.name() != "self", name_,
                       ": an argument is named 'self'; that name is reserved, please rename it");
-    const auto* alias = a.alias_info();
-    TORCH_CHECK_VALUE(alias == nullptr || !alias->isWrite(), name_,
-                      ": the schema mutates argument '", a.name(),
-                      "'; only functional ops are supported (no in-place or out= arguments)");
+    if (const auto* alias = a.alias_info()) check_written_argument(a, *alias, write_sets);
   }
-  TORCH_CHECK_VALUE(!schema_.returns().empty(), name_,
-                    ": the schema returns nothing; only functional ops that return a value are "
-                    "supported");
-  for (const auto& r : schema_.returns()) {
-    TORCH_CHECK_VALUE(r.alias_info() == nullptr, name_,
-                      ": the schema returns an alias or view of an input; only functional ops "
-                      "are supported");
-  }
-  TORCH_CHECK_VALUE(!schema_.is_mutable(), name_,
-                    ": the schema is mutable; only functional ops are supported");
+  TORCH_CHECK_VALUE(!schema_.returns().empty() || !write_sets.empty(), name_,
+                    ": the schema returns nothing and writes no argument, so a call would have "
+                    "no effect; return a value, or declare the argument the op writes as "
+                    "Tensor(a!) (customop::MutableTensor)");
   init_from_schema(fields, return_kinds);
 }
 
@@ -265,7 +287,22 @@ void OpCore::init_from_schema(std::span<const detail::FieldInfo> fields,
                       " is named '", fields[i].name, "' but schema argument ", i, " is '",
                       sargs[i].name(),
                       "'; each field must have its argument's name, in schema order");
-    args_.push_back({sargs[i].name(), *kind, std::string(schema_type_name(*kind))});
+    const bool written = sargs[i].alias_info() != nullptr && sargs[i].alias_info()->isWrite();
+    TORCH_CHECK_TYPE(!written || fields[i].written, name_, ": the schema mutates argument '",
+                     sargs[i].name(), "' (Tensor", *sargs[i].alias_info(),
+                     "), so args struct field ", i, " '", fields[i].name,
+                     "' must have C++ type customop::MutableTensor, which declares the write; "
+                     "the args struct has ",
+                     fields[i].cpp_name);
+    TORCH_CHECK_TYPE(written || !fields[i].written, name_, ": args struct field ", i, " '",
+                     fields[i].name,
+                     "' is a customop::MutableTensor (the op writes it), but "
+                     "schema argument '",
+                     sargs[i].name(),
+                     "' does not declare a write; write Tensor(a!) in the schema, or make the "
+                     "field at::Tensor");
+    args_.push_back({sargs[i].name(), *kind, std::string(schema_type_name(*kind)), written});
+    mutates_ = mutates_ || written;
     if (is_tensor_like(*kind)) ++num_tensor_like_args_;
   }
   TORCH_CHECK_TYPE(fields.size() == sargs.size(), name_, ": the args struct has ", fields.size(),
@@ -375,9 +412,17 @@ std::string infer_schema(std::string_view name, std::span<const FieldInfo> field
                          std::span<const ArgKind> return_kinds) {
   std::string out = std::string(name) + "(";
   std::string_view defaulted;  // the first field with a default
+  size_t written = 0;          // alias sets a!, b!, ... in field order
   for (size_t i = 0; i < fields.size(); ++i) {
     const auto& f = fields[i];
-    out += (i ? ", " : "") + std::string(schema_type_name(f.kind)) + " " + std::string(f.name);
+    std::string type(schema_type_name(f.kind));
+    if (f.written) {
+      const std::string set = written < 26 ? std::string(1, static_cast<char>('a' + written))
+                                           : "w" + std::to_string(written);
+      type += "(" + set + "!)";
+      ++written;
+    }
+    out += (i ? ", " : "") + type + " " + std::string(f.name);
     const c10::IValue& v = value_initialized.at(i);
     const bool has_default = (is_optional_kind(f.kind) && v.isNone()) || !zero_like(v);
     if (defaulted.empty() && has_default) defaulted = f.name;

@@ -79,12 +79,16 @@ TEST(Schema, OverloadNameRejected) {
 
 // ---- S3 ----------------------------------------------------------------------------------
 
-// SCENARIOS S3.
+// SCENARIOS S3, extended by mutable ops: a mutation the args struct does not declare (a plain
+// at::Tensor field for a Tensor(a!) argument) is rejected; a declared one is accepted
+// (mutation_test.cpp).
 TEST(Schema, MutatingSchemaRejected) {
-  const auto msg = error_message<c10::ValueError>(
+  const auto msg = error_message<c10::TypeError>(
       [] { customop::define<XArgs>("core_schema::s3_mutates(Tensor(a!) x) -> Tensor"); });
-  EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s3_mutates: the schema mutates argument 'x'"),
-                         HasSubstr("only functional ops")));
+  EXPECT_THAT(msg, AllOf(HasSubstr("core_schema::s3_mutates: the schema mutates argument 'x' "
+                                   "(Tensor(a!))"),
+                         HasSubstr("must have C++ type customop::MutableTensor"),
+                         HasSubstr("the args struct has at::Tensor")));
   expect_not_registered("core_schema::s3_mutates");
 }
 
@@ -95,7 +99,8 @@ TEST(Schema, MutatingTensorListRejected) {
   };
   const auto msg = error_message<c10::ValueError>(
       [] { customop::define<Args>("core_schema::s3_mutates_list(Tensor(a!)[] xs) -> Tensor"); });
-  EXPECT_THAT(msg, HasSubstr("mutates argument 'xs'"));
+  EXPECT_THAT(msg, AllOf(HasSubstr("mutates argument 'xs'"),
+                         HasSubstr("only a Tensor argument can be written in place")));
   expect_not_registered("core_schema::s3_mutates_list");
 }
 

@@ -5,6 +5,7 @@
 /// | schema type        | args-struct field type                 |
 /// |--------------------|----------------------------------------|
 /// | Tensor             | at::Tensor                             |
+/// | Tensor(a!)         | customop::MutableTensor (the kernel writes it) |
 /// | Tensor?            | std::optional<at::Tensor>              |
 /// | Tensor[]           | std::vector<at::Tensor>                |
 /// | int / int?         | int64_t / std::optional<int64_t>       |
@@ -16,7 +17,8 @@
 /// | ScalarType / ScalarType? | c10::ScalarType / std::optional<c10::ScalarType> |
 ///
 /// Return types (the `Ret` of an op): at::Tensor, std::vector<at::Tensor>, int64_t, double,
-/// bool, or a std::tuple of those for several returns.
+/// bool, or a std::tuple of those for several returns; `void` (schema `-> ()`) for an op that
+/// only writes its MutableTensor arguments.
 ///
 /// An unsupported field type is a compile error naming the field (customop/op.h); an
 /// unsupported return type a compile error from detail::ReturnTraits.
@@ -36,6 +38,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace customop {
@@ -85,6 +88,24 @@ constexpr bool is_tensor_like(ArgKind kind) {
          kind == ArgKind::kTensorList;
 }
 
+/// A Tensor argument the op writes in place: schema `Tensor(a!)` (each written argument its
+/// own alias set: a!, b!, ...). It is an at::Tensor (every Tensor method works on it, the
+/// in-place ones included), and its type is the declaration: the schema says the op writes it,
+/// so customop bumps its version after each call (an overwritten saved tensor then raises in
+/// backward), refuses it when it requires grad under grad mode, refuses an expanded or
+/// overlapping one before the kernel runs, and the gradcheck harness audits that only such
+/// arguments change.
+/// Example:
+///   struct AddInto { customop::MutableTensor acc; at::Tensor x; };
+///   auto& op = customop::define<AddInto, void>("myns::add_into(Tensor(a!) acc, Tensor x) -> ()");
+///   op.impl(c10::DeviceType::CPU, [](const AddInto& a) { a.acc.add_(a.x); });
+class MutableTensor : public at::Tensor {
+ public:
+  MutableTensor() = default;
+  // NOLINTNEXTLINE(google-explicit-constructor): a tensor converts implicitly, as for at::Tensor
+  MutableTensor(at::Tensor t) : at::Tensor(std::move(t)) {}
+};
+
 namespace detail {
 
 template <class T>
@@ -97,6 +118,7 @@ struct ArgTraits {
   static constexpr bool supported = false;
   static constexpr ArgKind kind = ArgKind::kTensor;  // unused: keeps later checks quiet
   static constexpr std::string_view cpp_name = "<unsupported>";
+  static constexpr bool written = false;
 };
 
 #define CUSTOMOP_ARG_TRAITS(T, KIND, NAME)             \
@@ -105,6 +127,7 @@ struct ArgTraits {
     static constexpr bool supported = true;            \
     static constexpr ArgKind kind = ArgKind::KIND;     \
     static constexpr std::string_view cpp_name = NAME; \
+    static constexpr bool written = false;             \
   };
 CUSTOMOP_ARG_TRAITS(at::Tensor, kTensor, "at::Tensor")
 CUSTOMOP_ARG_TRAITS(std::optional<at::Tensor>, kOptionalTensor, "std::optional<at::Tensor>")
@@ -126,6 +149,13 @@ CUSTOMOP_ARG_TRAITS(c10::ScalarType, kScalarType, "c10::ScalarType")
 CUSTOMOP_ARG_TRAITS(std::optional<c10::ScalarType>, kOptionalScalarType,
                     "std::optional<c10::ScalarType>")
 #undef CUSTOMOP_ARG_TRAITS
+template <>
+struct ArgTraits<MutableTensor> {
+  static constexpr bool supported = true;
+  static constexpr ArgKind kind = ArgKind::kTensor;
+  static constexpr std::string_view cpp_name = "customop::MutableTensor";
+  static constexpr bool written = true;
+};
 
 /// One return of an op: Tensor, Tensor[], int, float or bool (the return types the
 /// reference allows a backward formula for).
@@ -169,6 +199,10 @@ struct ReturnTuple {
 template <class... T>
 struct ReturnTuple<std::tuple<T...>> {
   using type = std::tuple<T...>;
+};
+template <>
+struct ReturnTuple<void> {
+  using type = std::tuple<>;
 };
 template <class Ret>
 using ReturnTupleT = typename ReturnTuple<Ret>::type;

@@ -84,6 +84,8 @@ class Op final : public OpCore {
  public:
   using ArgsType = Args;
   using ReturnType = Ret;
+  /// What save_for_backward sees as the op's output: Ret, or an empty tuple for `void`.
+  using Output = std::conditional_t<std::is_void_v<Ret>, std::tuple<>, Ret>;
   using OpCore::samples;  // samples(device, dtype), next to the registering samples(fn)
 
   /// Registers `kernel` for `device` (c10::DeviceType::CPU or CUDA). `kernel` is callable as
@@ -93,7 +95,9 @@ class Op final : public OpCore {
   /// never undefined there (the glue refuses None for Tensor with c10::TypeError first).
   /// \param device  c10::DeviceType::CPU or c10::DeviceType::CUDA
   /// \param kernel  `Ret kernel(const Args&)`: returns new tensors (no views or aliases of the
-  ///                inputs: the schema is functional) on `device`
+  ///                inputs) on `device`; it writes only its customop::MutableTensor fields
+  ///                (checked before it runs: not expanded, sharing memory with no other
+  ///                argument) and the glue bumps their version counters after it returns
   /// \param loc     where the registration is made; named in later errors
   /// \returns       *this, for chaining
   /// \throws c10::ValueError naming the op and `loc` when `device` is Meta (use impl_fake) or
@@ -114,7 +118,7 @@ class Op final : public OpCore {
         device,
         [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
           const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
-          detail::push_returns(*stack, Ret(kernel(args)));
+          detail::call_and_push<Ret>(*stack, kernel, args);
         },
         loc);
     return *this;
@@ -154,7 +158,7 @@ class Op final : public OpCore {
     set_fake_kernel(
         [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
           const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
-          detail::push_returns(*stack, Ret(kernel(args)));
+          detail::call_and_push<Ret>(*stack, kernel, args);
         },
         loc);
     return *this;
@@ -177,7 +181,7 @@ class Op final : public OpCore {
                   "return type");
     set_reference([fn = std::move(fn)](torch::jit::Stack* stack) {
       const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
-      detail::push_returns(*stack, Ret(fn(args)));
+      detail::call_and_push<Ret>(*stack, fn, args);
     });
     return *this;
   }
@@ -242,10 +246,10 @@ class Op final : public OpCore {
   ///       [](const ScaleArgs& a, const at::Tensor&) { return ScaleSaved{a.alpha}; });
   template <class F>
   Op& impl_save_for_backward(F fn, std::source_location loc = std::source_location::current()) {
-    static_assert(std::is_invocable_v<F&, const Args&, const Ret&>,
+    static_assert(std::is_invocable_v<F&, const Args&, const Output&>,
                   "[customop] save_for_backward must be callable as fn(const Args& inputs, "
                   "const Ret& output)");
-    using Saved = std::decay_t<std::invoke_result_t<F&, const Args&, const Ret&>>;
+    using Saved = std::decay_t<std::invoke_result_t<F&, const Args&, const Output&>>;
     static_assert(std::is_aggregate_v<Saved>,
                   "[customop] save_for_backward must return an aggregate struct (the saved "
                   "state), e.g. struct Saved { at::Tensor x; double alpha; }");
@@ -253,7 +257,7 @@ class Op final : public OpCore {
     note_save_for_backward(loc);
     saved_type_.record(typeid(Saved), c10::demangle_type<Saved>(), "save_for_backward");
     save_ = [fn = std::move(fn)](const Args& args,
-                                 const Ret& out) -> c10::intrusive_ptr<detail::SavedStateBase> {
+                                 const Output& out) -> c10::intrusive_ptr<detail::SavedStateBase> {
       auto state = c10::make_intrusive<detail::SavedState<Saved>>();
       state->value = fn(args, out);
       return state;
@@ -334,7 +338,7 @@ class Op final : public OpCore {
   template <class S, class B>
   Op& impl_autograd(S save, B backward, OutputDifferentiability output_differentiability = {},
                     std::source_location loc = std::source_location::current()) {
-    using Saved = std::decay_t<std::invoke_result_t<S&, const Args&, const Ret&>>;
+    using Saved = std::decay_t<std::invoke_result_t<S&, const Args&, const Output&>>;
     using Traits = detail::FunctionTraits<std::decay_t<B>>;
     static_assert(Traits::known, "[customop] backward must have explicit parameter types");
     static_assert(
@@ -497,7 +501,13 @@ class Op final : public OpCore {
       std::vector<at::Tensor>& tensors_to_save) override {
     const Args a = detail::args_from_stack<Args>(args, /*consume=*/false);
     torch::jit::Stack returns = outputs;
-    const Ret result = detail::pop_returns<Ret>(returns);
+    const Output result = [&] {
+      if constexpr (std::is_void_v<Ret>) {
+        return Output{};
+      } else {
+        return detail::pop_returns<Ret>(returns);
+      }
+    }();
     auto state = save_(a, result);
     tensors_to_save = take_tensors_(*state);
     return state;
@@ -509,7 +519,7 @@ class Op final : public OpCore {
     backward_(state, saved_tensors, grad_outputs, flat);
   }
 
-  std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Ret&)> save_;
+  std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Output&)> save_;
   std::function<std::vector<at::Tensor>(detail::SavedStateBase&)> take_tensors_;
   std::function<void(detail::SavedStateBase&, const std::vector<at::Tensor>&,
                      std::vector<at::Tensor>&, std::vector<at::Tensor>&)>
@@ -519,9 +529,12 @@ class Op final : public OpCore {
 
 /// Defines the op `schema` ("ns::name(Tensor x, float alpha) -> Tensor") with the named
 /// arguments of `Args` and the C++ return type `Ret`, and registers it with the dispatcher
-/// (visible as torch.ops.ns.name). Rules of the reference: functional only (no mutation,
-/// no alias returns, at least one return), no overload name, no argument named self, no
-/// reserved namespace (aten, prim, prims, at, torch, pytorch) and no '.' in the namespace.
+/// (visible as torch.ops.ns.name). Rules of the reference: no alias returns, at least one
+/// return, no overload name, no argument named self, no reserved namespace (aten, prim, prims,
+/// at, torch, pytorch) and no '.' in the namespace. Beyond the reference, an op may write
+/// Tensor arguments in place: `Tensor(a!)` in the schema, each in its own alias set, with a
+/// customop::MutableTensor field (customop/arg_types.h); such an op may return nothing
+/// (`-> ()`, Ret = void). A write the args struct does not declare is refused.
 /// Unsupported field types and non-aggregate args structs are compile errors; field count,
 /// types and names are checked against the schema here, and so are the struct's default
 /// member initializers against the schema's defaults (see OpCore::check_struct_defaults).
@@ -587,12 +600,12 @@ Op<BwdArgs, detail::BackwardOpRet<Args>>& Op<Args, Ret>::define_backward(
                   "[customop] define_backward: the backward args struct's first fields receive "
                   "the grads of the op's outputs, one per Tensor (at::Tensor) or Tensor[] "
                   "(std::vector<at::Tensor>) return, in order");
-  } else if constexpr (!std::is_invocable_v<S&, const Args&, const Ret&>) {
+  } else if constexpr (!std::is_invocable_v<S&, const Args&, const Output&>) {
     static_assert(detail::always_false<S>,
                   "[customop] define_backward: save must be callable as save(const Args& "
                   "inputs, const Ret& output)");
   } else if constexpr (!std::is_same_v<
-                           std::decay_t<std::invoke_result_t<S&, const Args&, const Ret&>>,
+                           std::decay_t<std::invoke_result_t<S&, const Args&, const Output&>>,
                            BwdArgs>) {
     static_assert(detail::always_false<S>,
                   "[customop] define_backward: save must return the backward args struct, its "

@@ -34,9 +34,10 @@ class OpCore;
 
 /// One argument of an op's schema, in schema order (kw-only arguments included).
 struct ArgSpec {
-  std::string name;  ///< schema argument name == args-struct field name
-  ArgKind kind;      ///< what it is
-  std::string type;  ///< schema spelling, e.g. "Tensor?"
+  std::string name;      ///< schema argument name == args-struct field name
+  ArgKind kind;          ///< what it is
+  std::string type;      ///< schema spelling, e.g. "Tensor?"
+  bool written = false;  ///< the op writes it in place (`Tensor(a!)`, customop::MutableTensor)
 };
 
 /// One sample input of an op for the gradcheck harness: the boxed arguments in schema order.
@@ -64,6 +65,7 @@ struct FieldInfo {
   ArgKind kind;
   std::string_view cpp_name;
   std::string_view name;  ///< the field's name (Boost.PFR); must equal the schema argument's
+  bool written = false;   ///< a customop::MutableTensor field: schema `Tensor(a!)`
 };
 
 /// What one call's tensor-like arguments looked like (the reference's `args_info`), kept for
@@ -139,6 +141,9 @@ class OpCore {
   const std::vector<ArgSpec>& args() const { return args_; }
   /// The kind of each return, in order (kTensor, kTensorList, kInt, kFloat or kBool).
   const std::vector<ArgKind>& returns() const { return returns_; }
+  /// True when the op writes at least one argument in place (`Tensor(a!)`, a
+  /// customop::MutableTensor field); ArgSpec::written says which.
+  bool mutates() const { return mutates_; }
   /// True for an op that customop::wrap() took from the dispatcher (defined elsewhere).
   bool wrapped() const { return wrapped_; }
   /// Where `define` (or `wrap`) was called.
@@ -299,6 +304,19 @@ class OpCore {
   void install_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   void init_from_schema(std::span<const detail::FieldInfo> fields,
                         std::span<const ArgKind> return_kinds);
+  /// A `Tensor(a!)` argument: a Tensor, written (not a read alias), in its own alias set.
+  /// Throws c10::ValueError naming the op and the argument.
+  void check_written_argument(const c10::Argument& a, const c10::AliasInfo& alias,
+                              std::vector<std::string>& write_sets) const;
+  /// Mutable ops (op_mutation.cpp): the ADInplaceOrView kernel that bumps the version of each
+  /// written argument, the written-argument checks before a kernel runs (an expanded or
+  /// overlapping written tensor), and the autograd-time refusals.
+  friend struct InplaceOrViewKernel;
+  void install_inplace_or_view_kernel(torch::Library& lib);
+  void inplace_or_view_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                              torch::jit::Stack* stack) const;
+  void check_written_args(c10::DeviceType device, const torch::jit::Stack& stack) const;
+  void check_written_args_autograd(const torch::jit::Stack& stack) const;
 
   std::string name_;
   std::string ns_;
@@ -308,6 +326,7 @@ class OpCore {
   std::vector<ArgKind> returns_;
   std::source_location loc_;
   bool wrapped_ = false;
+  bool mutates_ = false;
   std::optional<c10::OperatorHandle> handle_;
   std::vector<std::unique_ptr<torch::Library>> libraries_;
   // Kernels per device: written at registration, read on every call.

@@ -54,10 +54,10 @@ struct CheckArgField {
 template <class Args>
 constexpr auto field_infos() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::array<FieldInfo, sizeof...(I)>{
-        FieldInfo{CheckArgField<kFieldName<Args, I>, boost::pfr::tuple_element_t<I, Args>>::kind,
-                  ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name,
-                  boost::pfr::get_name<I, Args>()}...};
+    return std::array<FieldInfo, sizeof...(I)>{FieldInfo{
+        CheckArgField<kFieldName<Args, I>, boost::pfr::tuple_element_t<I, Args>>::kind,
+        ArgTraits<boost::pfr::tuple_element_t<I, Args>>::cpp_name, boost::pfr::get_name<I, Args>(),
+        ArgTraits<boost::pfr::tuple_element_t<I, Args>>::written}...};
   }
   (std::make_index_sequence<kNumFields<Args>>{});
 }
