@@ -22,6 +22,7 @@
 #include <customop/detail/stack.h>
 #include <customop/grads.h>
 #include <customop/op_core.h>
+#include <customop/shape.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <boost/pfr.hpp>
@@ -84,6 +85,14 @@ class Op final : public OpCore {
  public:
   using ArgsType = Args;
   using ReturnType = Ret;
+  /// True when every return is a single Tensor (at least one): such an op can have a shape
+  /// function and out kernels.
+  static constexpr bool kHasOutKernelForm = detail::kAllReturnsSingleTensors<Returns>;
+  /// What an out kernel receives: const at::Tensor& (one return) or a tuple of them.
+  using Outputs = std::conditional_t<kHasOutKernelForm, Ret, std::tuple<>>;
+  /// What a shape function returns: one TensorSpec per Tensor return.
+  using Specs = typename detail::SpecsOf<Returns>::type;
+  using OutputsSnapshot = detail::OutputsSnapshot;
   /// What save_for_backward sees as the op's output: Ret, or an empty tuple for `void`.
   using Output = std::conditional_t<std::is_void_v<Ret>, std::tuple<>, Ret>;
   using OpCore::samples;  // samples(device, dtype), next to the registering samples(fn)
@@ -109,19 +118,91 @@ class Op final : public OpCore {
   template <class F>
   Op& impl(c10::DeviceType device, F kernel,
            std::source_location loc = std::source_location::current()) {
-    static_assert(std::is_invocable_v<F&, const Args&>,
-                  "[customop] a kernel must be callable as kernel(const Args&)");
-    static_assert(std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Ret>,
-                  "[customop] the kernel's return type must convert to the op's Ret (the "
-                  "second template argument of customop::define)");
-    set_kernel(
-        device,
-        [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
-          const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
-          detail::call_and_push<Ret>(*stack, kernel, args);
-        },
-        loc);
+    if constexpr (kHasOutKernelForm && std::is_invocable_v<F&, const Args&, const Outputs&>) {
+      static_assert(std::is_void_v<std::invoke_result_t<F&, const Args&, const Outputs&>>,
+                    "[customop] an out kernel kernel(const Args&, outputs) writes into the "
+                    "preallocated outputs and returns void");
+      note_out_kernel(device, loc);
+      set_kernel(
+          device,
+          [this, kernel = std::move(kernel), device, loc](torch::jit::Stack* stack) mutable {
+            const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+            const Outputs outs = allocate_outputs(args, /*meta=*/false);
+            const OutputsSnapshot before = snapshot(outs);
+            kernel(args, outs);
+            check_outputs_kept(before, snapshot(outs), device, loc);
+            detail::push_returns(*stack, Ret(outs));
+          },
+          loc);
+    } else {
+      static_assert(std::is_invocable_v<F&, const Args&>,
+                    "[customop] a kernel must be callable as kernel(const Args&), or (an op "
+                    "with a shape function) as kernel(const Args&, outputs) with outputs a "
+                    "const at::Tensor& (one Tensor return) or const std::tuple<at::Tensor, "
+                    "...>& (several)");
+      static_assert(std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Ret>,
+                    "[customop] the kernel's return type must convert to the op's Ret (the "
+                    "second template argument of customop::define)");
+      set_kernel(
+          device,
+          [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
+            const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+            detail::call_and_push<Ret>(*stack, kernel, args);
+          },
+          loc);
+    }
     return *this;
+  }
+
+  /// Declares the op's shape function: `fn(const Args&)` returns a customop::TensorSpec per
+  /// Tensor return (one TensorSpec, or a std::tuple of them for several returns), over
+  /// symbolic sizes (customop/shape.h). From it customop registers the fake (Meta) kernel, in
+  /// C++, and allocates the outputs of out kernels (`impl(device, kernel(const Args&, outs))`)
+  /// with exactly the sizes, strides and dtype it states. Put the op's argument checks in it:
+  /// they then run on every device and under torch.compile. Ops returning Tensor[], int, float
+  /// or bool cannot have one (the number of outputs or their values depend on data): use
+  /// impl_fake and kernels that allocate.
+  /// \param fn   `TensorSpec fn(const Args&)` (or std::tuple<TensorSpec, ...>)
+  /// \param loc  where it is declared; named in later errors
+  /// \returns    *this, for chaining
+  /// \throws c10::Error naming the op and both locations when a shape function or a fake
+  ///         kernel is already registered. A wrong signature, or an op with a non-Tensor
+  ///         return, is a compile error.
+  /// Example:
+  ///   op.shape([](const ScaleArgs& a) { return customop::TensorSpec::like(a.x); })
+  ///     .impl(c10::DeviceType::CPU, [](const ScaleArgs& a, const at::Tensor& out) {
+  ///       at::mul_out(out, a.x, a.alpha);
+  ///     });
+  template <class F>
+  Op& shape(F fn, std::source_location loc = std::source_location::current()) {
+    static_assert(kHasOutKernelForm,
+                  "[customop] shape(): every return must be a Tensor (an op returning "
+                  "Tensor[], int, float or bool, or nothing, has no shape function: use "
+                  "impl_fake and kernels that allocate)");
+    if constexpr (kHasOutKernelForm) {
+      static_assert(std::is_invocable_v<F&, const Args&> &&
+                        std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Specs>,
+                    "[customop] a shape function is callable as fn(const Args&) and returns a "
+                    "customop::TensorSpec per Tensor return (std::tuple<TensorSpec, ...> for "
+                    "several)");
+      set_fake_kernel(
+          [this](torch::jit::Stack* stack) {
+            const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+            detail::push_returns(*stack, Ret(allocate_outputs(args, /*meta=*/true)));
+          },
+          loc);
+      shape_ = [fn = std::move(fn)](const Args& a) -> Specs { return fn(a); };
+      note_shape(loc);
+    }
+    return *this;
+  }
+
+  /// The op's shape function applied to `args` (what the fake kernel and the out kernels'
+  /// allocation use).
+  /// \throws c10::Error naming the op when it declared none; whatever the function throws
+  Specs output_specs(const Args& args) const {
+    TORCH_CHECK(static_cast<bool>(shape_), name(), ": no shape function declared (op.shape)");
+    return shape_(args);
   }
 
   /// Registers the fake kernel (the legacy CustomOp API's impl_abstract, torch.library's
@@ -519,6 +600,33 @@ class Op final : public OpCore {
     backward_(state, saved_tensors, grad_outputs, flat);
   }
 
+  Outputs allocate_outputs(const Args& args, bool meta) const {
+    if constexpr (kHasOutKernelForm) {
+      const Specs specs = shape_(args);
+      if constexpr (kNumReturns == 1) {
+        return detail::allocate(specs, meta);
+      } else {
+        return std::apply(
+            [&](const auto&... spec) { return Outputs{detail::allocate(spec, meta)...}; }, specs);
+      }
+    } else {
+      return {};
+    }
+  }
+  static OutputsSnapshot snapshot(const Outputs& outs) {
+    OutputsSnapshot shot;
+    if constexpr (kHasOutKernelForm) {
+      if constexpr (kNumReturns == 1) {
+        shot.push_back(detail::OutputLayout::of(outs));
+      } else {
+        std::apply([&](const auto&... t) { (shot.push_back(detail::OutputLayout::of(t)), ...); },
+                   outs);
+      }
+    }
+    return shot;
+  }
+
+  std::function<Specs(const Args&)> shape_;
   std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Output&)> save_;
   std::function<std::vector<at::Tensor>(detail::SavedStateBase&)> take_tensors_;
   std::function<void(detail::SavedStateBase&, const std::vector<at::Tensor>&,

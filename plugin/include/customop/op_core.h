@@ -7,6 +7,7 @@
 #include <customop/arg_types.h>
 #include <customop/autocast.h>
 #include <customop/grads.h>
+#include <customop/shape.h>
 #include <customop/sharding.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -159,6 +160,9 @@ class OpCore {
   /// True when a fake (Meta) kernel is registered (impl_fake): the op runs on meta tensors and
   /// under FakeTensor (torch.compile, torch.export, torch.library.opcheck).
   bool has_fake_kernel() const { return has_kernel(c10::DeviceType::Meta); }
+  /// True when the op declared a shape function (Op::shape): its fake kernel and the outputs
+  /// of its out kernels come from it.
+  bool has_shape() const { return shape_loc_.has_value(); }
   /// True when both save_for_backward and backward are registered.
   bool has_autograd() const {
     return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
@@ -233,6 +237,18 @@ class OpCore {
   void set_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   /// The untyped half of Op::impl_fake; throws as Op::impl_fake.
   void set_fake_kernel(detail::BoxedKernel fn, std::source_location loc);
+  /// Records where the shape function is declared (Op::shape, after its fake kernel is
+  /// installed).
+  void note_shape(std::source_location loc) { shape_loc_ = loc; }
+  /// Refuses an out kernel (kernel(const Args&, outputs)) for `device` before a shape
+  /// function is declared. Throws c10::Error naming the op, `loc` and op.shape.
+  void note_out_kernel(c10::DeviceType device, const std::source_location& loc) const;
+  /// After an out kernel ran: each output must still have the storage, sizes, strides and
+  /// offset it was allocated with. Throws c10::Error naming the op, the output, the kernel's
+  /// device and location, and both layouts.
+  void check_outputs_kept(const detail::OutputsSnapshot& before,
+                          const detail::OutputsSnapshot& after, c10::DeviceType device,
+                          const std::source_location& loc) const;
   /// Records where save_for_backward is registered; throws c10::Error as
   /// Op::impl_save_for_backward (already registered, an autograd kernel from outside).
   void note_save_for_backward(std::source_location loc);
@@ -350,6 +366,7 @@ class OpCore {
   SampleGenerator sample_generator_;
   detail::BoxedKernel reference_;
   std::optional<Sharding> sharding_;
+  std::optional<std::source_location> shape_loc_;
   std::source_location sharding_loc_;
 };
 
