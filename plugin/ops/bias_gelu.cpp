@@ -76,10 +76,11 @@ BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad)
   return {grad_input.to(dtype), grad_bias.to(dtype)};
 }
 
-// Output metadata only: input's shape and dtype, contiguous (as the CPU and CUDA kernels).
-at::Tensor bias_gelu_fake(const BiasGeluArgs& a) {
-  detail::check_bias_gelu(a, c10::DeviceType::Meta);
-  return at::empty_symint(a.input.sym_sizes(), a.input.options());
+// Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake
+// (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
+TensorSpec bias_gelu_shape(const BiasGeluArgs& a) {
+  detail::check_bias_gelu(a, a.input.device().type());
+  return TensorSpec::like(a.input);
 }
 
 std::vector<std::pair<std::string, BiasGeluArgs>> bias_gelu_samples(c10::Device dev,
@@ -109,11 +110,11 @@ Op<BiasGeluArgs>& bias_gelu_op() {
   static Op<BiasGeluArgs>& op = []() -> Op<BiasGeluArgs>& {
     auto& o = define<BiasGeluArgs>(
         "customop::bias_gelu(Tensor input, Tensor bias, str approximate=\"none\") -> Tensor");
+    o.shape(&bias_gelu_shape);
     o.impl(c10::DeviceType::CPU, &detail::bias_gelu_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::bias_gelu_cuda);
 #endif
-    o.impl_fake(&bias_gelu_fake);
     o.reference(&bias_gelu_reference);
     // Sharding: pointwise; bias [D] aligns with input's last dim, so it is sharded with it
     // and replicated when input is sharded along a leading dim.

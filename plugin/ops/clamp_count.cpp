@@ -50,12 +50,13 @@ ClampCountGrads clamp_count_backward(const ClampCountSaved& s, const at::Tensor&
   return {at::where(inside, grad, at::zeros_like(grad))};
 }
 
-// Output metadata only: output of input's shape and dtype (contiguous) and the 0-dim int64
-// count, as the CPU and CUDA kernels return them.
-ClampCountResult clamp_count_fake(const ClampCountArgs& a) {
-  detail::check_clamp_count(a, c10::DeviceType::Meta);
-  return {at::empty_symint(a.input.sym_sizes(), a.input.options()),
-          at::empty({}, a.input.options().dtype(at::kLong))};
+// Output metadata, the one statement of it: output of input's shape and dtype (contiguous)
+// and the 0-dim int64 count. The fake (Meta) kernel and the CPU/CUDA kernels' outputs come
+// from it; the checks run on every device.
+std::tuple<TensorSpec, TensorSpec> clamp_count_shape(const ClampCountArgs& a) {
+  detail::check_clamp_count(a, a.input.device().type());
+  const TensorSpec output = TensorSpec::like(a.input);
+  return {output, output.sized({}).typed(at::kLong)};
 }
 
 // Normal values moved at least 0.05 away from both bounds (finite differences must not
@@ -97,11 +98,11 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
     auto& o = define<ClampCountArgs, ClampCountResult>(
         "customop::clamp_count(Tensor input, float min, float max) -> "
         "(Tensor output, Tensor clamped)");
+    o.shape(&clamp_count_shape);
     o.impl(c10::DeviceType::CPU, &detail::clamp_count_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::clamp_count_cuda);
 #endif
-    o.impl_fake(&clamp_count_fake);
     o.reference(&clamp_count_reference);
     // Sharding: the output is pointwise; `clamped` counts the elements a rank holds, so the
     // count of a sharded input is the sum over ranks (Partial).

@@ -61,10 +61,11 @@ MaskedSoftmaxGrads masked_softmax_backward(const MaskedSoftmaxSaved& s, const at
   return {grad_input.to(dtype), std::nullopt};
 }
 
-// Output metadata only: input's shape and dtype, contiguous (as the CPU and CUDA kernels).
-at::Tensor masked_softmax_fake(const MaskedSoftmaxArgs& a) {
-  detail::check_masked_softmax(a, c10::DeviceType::Meta);
-  return at::empty_symint(a.input.sym_sizes(), a.input.options());
+// Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake
+// (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
+TensorSpec masked_softmax_shape(const MaskedSoftmaxArgs& a) {
+  detail::check_masked_softmax(a, a.input.device().type());
+  return TensorSpec::like(a.input);
 }
 
 std::vector<std::pair<std::string, MaskedSoftmaxArgs>> masked_softmax_samples(c10::Device dev,
@@ -103,11 +104,11 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
   static Op<MaskedSoftmaxArgs>& op = []() -> Op<MaskedSoftmaxArgs>& {
     auto& o = define<MaskedSoftmaxArgs>(
         "customop::masked_softmax(Tensor input, Tensor? mask, int dim) -> Tensor");
+    o.shape(&masked_softmax_shape);
     o.impl(c10::DeviceType::CPU, &detail::masked_softmax_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::masked_softmax_cuda);
 #endif
-    o.impl_fake(&masked_softmax_fake);
     o.reference(&masked_softmax_reference);
     // Sharding: independent along every dim but `dim`, which stays whole (the mask, broadcast
     // to input, is sharded with it).

@@ -62,13 +62,14 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
   return {g.new_zeros_symint(s.input_sizes).scatter(s.dim, idx, g)};
 }
 
-// Output metadata only: values (input's dtype) and int64 indices of max_along_out_sizes,
-// contiguous (as the CPU and CUDA kernels).
-MaxAlongResult max_along_fake(const MaxAlongArgs& a) {
-  const int64_t dim = detail::check_max_along(a, c10::DeviceType::Meta);
-  const auto sizes = detail::max_along_out_sizes(a.input.sym_sizes(), dim, a.keepdim);
-  return {at::empty_symint(sizes, a.input.options()),
-          at::empty_symint(sizes, a.input.options().dtype(at::kLong))};
+// Output metadata, the one statement of it: values (input's dtype) and int64 indices of
+// max_along_out_sizes, contiguous. The fake (Meta) kernel and the CPU/CUDA kernels' outputs
+// come from it; the checks run on every device.
+std::tuple<TensorSpec, TensorSpec> max_along_shape(const MaxAlongArgs& a) {
+  const int64_t dim = detail::check_max_along(a, a.input.device().type());
+  const TensorSpec values = TensorSpec::like(a.input).sized(
+      detail::max_along_out_sizes(a.input.sym_sizes(), dim, a.keepdim));
+  return {values, values.typed(at::kLong)};
 }
 
 // Distinct values at least 0.37 apart (no ties, so finite differences see no kink).
@@ -104,11 +105,11 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
     auto& o = define<MaxAlongArgs, MaxAlongResult>(
         "customop::max_along(Tensor input, int dim, bool keepdim=False) -> "
         "(Tensor values, Tensor indices)");
+    o.shape(&max_along_shape);
     o.impl(c10::DeviceType::CPU, &detail::max_along_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::max_along_cuda);
 #endif
-    o.impl_fake(&max_along_fake);
     o.reference(&max_along_reference);
     // Sharding: independent along every dim but `dim`; values and indices drop it unless
     // keepdim (indices are positions along the whole dim, which no rank splits).

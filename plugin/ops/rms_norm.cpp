@@ -62,10 +62,11 @@ RmsNormGrads rms_norm_backward(const RmsNormSaved& s, const at::Tensor& grad) {
   return {grad_input.to(dtype), grad_weight.to(dtype)};
 }
 
-// Output metadata only: input's shape and dtype, contiguous (as the CPU and CUDA kernels).
-at::Tensor rms_norm_fake(const RmsNormArgs& a) {
-  detail::check_rms_norm(a, c10::DeviceType::Meta);
-  return at::empty_symint(a.input.sym_sizes(), a.input.options());
+// Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake
+// (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
+TensorSpec rms_norm_shape(const RmsNormArgs& a) {
+  detail::check_rms_norm(a, a.input.device().type());
+  return TensorSpec::like(a.input);
 }
 
 std::vector<std::pair<std::string, RmsNormArgs>> rms_norm_samples(c10::Device dev,
@@ -94,11 +95,11 @@ Op<RmsNormArgs>& rms_norm_op() {
   static Op<RmsNormArgs>& op = []() -> Op<RmsNormArgs>& {
     auto& o = define<RmsNormArgs>(
         "customop::rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");
+    o.shape(&rms_norm_shape);
     o.impl(c10::DeviceType::CPU, &detail::rms_norm_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);
 #endif
-    o.impl_fake(&rms_norm_fake);
     o.reference(&rms_norm_reference);
     // Sharding: rows are independent; the normalized last dim stays whole on every rank
     // (weight [D] aligns with it, so it is replicated).

@@ -60,10 +60,12 @@ WeightedSumGrads weighted_sum_backward(const WeightedSumSaved& s, const at::Tens
   return out;
 }
 
-// Output metadata only: inputs[0]'s shape and dtype, contiguous (as the CPU and CUDA kernels).
-at::Tensor weighted_sum_fake(const WeightedSumArgs& a) {
-  detail::check_weighted_sum(a, c10::DeviceType::Meta);
-  return at::empty_symint(a.inputs[0].sym_sizes(), a.inputs[0].options());
+// Output metadata, the one statement of it: inputs[0]'s shape and dtype, contiguous. The fake
+// (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
+TensorSpec weighted_sum_shape(const WeightedSumArgs& a) {
+  detail::check_weighted_sum(a,
+                             a.inputs.empty() ? c10::DeviceType::CPU : a.inputs[0].device().type());
+  return TensorSpec::like(a.inputs[0]);
 }
 
 std::vector<std::pair<std::string, WeightedSumArgs>> weighted_sum_samples(c10::Device dev,
@@ -97,11 +99,11 @@ Op<WeightedSumArgs>& weighted_sum_op() {
   static Op<WeightedSumArgs>& op = []() -> Op<WeightedSumArgs>& {
     auto& o = define<WeightedSumArgs>(
         "customop::weighted_sum(Tensor[] inputs, float[] weights) -> Tensor");
+    o.shape(&weighted_sum_shape);
     o.impl(c10::DeviceType::CPU, &detail::weighted_sum_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::weighted_sum_cuda);
 #endif
-    o.impl_fake(&weighted_sum_fake);
     o.reference(&weighted_sum_reference);
     // Sharding: pointwise over the list's tensors (all of one shape).
     o.sharding(Sharding::pointwise());

@@ -93,22 +93,18 @@ int64_t clamp_count_kernel(const ClampCountCpuParams& p) {
 
 #include "detail/clamp_count.h"
 
-#include <ATen/ops/empty.h>
-#include <ATen/ops/scalar_tensor.h>
-
 namespace customop::ops::detail {
 
-ClampCountResult clamp_count_cpu(const ClampCountArgs& a) {
-  check_clamp_count(a, c10::DeviceType::CPU);
+void clamp_count_cpu(const ClampCountArgs& a, const ClampCountResult& out) {
+  const auto& [y, count] = out;
   const at::Tensor x = a.input.contiguous();
-  at::Tensor y = at::empty(x.sizes(), x.options());
   const cpu::ClampCountCpuParams p{
       x.const_data_ptr(), y.mutable_data_ptr(), x.numel(), a.min, a.max, x.scalar_type()};
   int64_t clamped = 0;
   if (p.numel > 0) {
     clamped = [&]() -> int64_t { CUSTOMOP_CPU_DISPATCH(clamp_count_kernel, p) }();
   }
-  return {y, at::scalar_tensor(clamped, x.options().dtype(at::kLong))};
+  *count.mutable_data_ptr<int64_t>() = clamped;
 }
 
 }  // namespace customop::ops::detail

@@ -248,13 +248,12 @@ void masked_softmax_kernel(const MaskedSoftmaxCpuParams& p) {
 
 namespace customop::ops::detail {
 
-at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& a) {
-  const int64_t dim = check_masked_softmax(a, c10::DeviceType::CPU);
+void masked_softmax_cpu(const MaskedSoftmaxArgs& a, const at::Tensor& y) {
+  const int64_t dim = wrap_dim("masked_softmax", a.dim, a.input.dim());  // checked by op.shape
   const at::Tensor x = a.input.contiguous();
   // NB: a broadcast mask is materialised (1 byte per element); a same-shape contiguous one
   // is used in place.
   const at::Tensor mask = a.mask ? a.mask->expand(x.sizes()).contiguous() : at::Tensor();
-  at::Tensor y = at::empty(x.sizes(), x.options());
   const auto s = split_at_dim(x.sizes(), dim);
   const cpu::MaskedSoftmaxCpuParams p{
       x.const_data_ptr(),
@@ -267,7 +266,6 @@ at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& a) {
   if (x.numel() > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(masked_softmax_kernel, p) }();
   }
-  return y;
 }
 
 }  // namespace customop::ops::detail

@@ -144,12 +144,10 @@ void max_along_kernel(const MaxAlongCpuParams& p) {
 
 namespace customop::ops::detail {
 
-MaxAlongResult max_along_cpu(const MaxAlongArgs& a) {
-  const int64_t dim = check_max_along(a, c10::DeviceType::CPU);
+void max_along_cpu(const MaxAlongArgs& a, const MaxAlongResult& out) {
+  const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());  // checked by op.shape
   const at::Tensor x = a.input.contiguous();
-  const std::vector<int64_t> out_sizes = max_along_out_sizes<int64_t>(x.sizes(), dim, a.keepdim);
-  at::Tensor values = at::empty(out_sizes, x.options());
-  at::Tensor indices = at::empty(out_sizes, x.options().dtype(at::kLong));
+  const auto& [values, indices] = out;
   const auto s = split_at_dim(x.sizes(), dim);
   const cpu::MaxAlongCpuParams p{x.const_data_ptr(),
                                  values.mutable_data_ptr(),
@@ -161,7 +159,6 @@ MaxAlongResult max_along_cpu(const MaxAlongArgs& a) {
   if (values.numel() > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(max_along_kernel, p) }();
   }
-  return {values, indices};
 }
 
 }  // namespace customop::ops::detail

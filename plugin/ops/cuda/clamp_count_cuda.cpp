@@ -13,13 +13,12 @@
 
 namespace customop::ops::detail {
 
-ClampCountResult clamp_count_cuda(const ClampCountArgs& a) {
-  check_clamp_count(a, c10::DeviceType::CUDA);
+void clamp_count_cuda(const ClampCountArgs& a, const ClampCountResult& out) {
+  const auto& [y, count] = out;
   const c10::cuda::CUDAGuard guard(a.input.device());
   const at::Tensor x = a.input.contiguous();
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor count = at::zeros({}, x.options().dtype(at::kLong));
-  if (x.numel() == 0) return {y, count};
+  count.zero_();  // the kernel adds into it
+  if (x.numel() == 0) return;
   cuda_kernels::ClampCountParams p;
   p.input = x.const_data_ptr();
   p.output = y.mutable_data_ptr();
@@ -31,7 +30,6 @@ ClampCountResult clamp_count_cuda(const ClampCountArgs& a) {
   p.dtype = to_kernel_dtype(x.scalar_type());
   check_launch("clamp_count",
                cuda_kernels::launch_clamp_count_fwd(p, at::cuda::getCurrentCUDAStream()));
-  return {y, count};
 }
 
 }  // namespace customop::ops::detail

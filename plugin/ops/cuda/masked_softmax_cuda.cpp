@@ -13,12 +13,11 @@
 
 namespace customop::ops::detail {
 
-at::Tensor masked_softmax_cuda(const MaskedSoftmaxArgs& a) {
-  const int64_t dim = check_masked_softmax(a, c10::DeviceType::CUDA);
+void masked_softmax_cuda(const MaskedSoftmaxArgs& a, const at::Tensor& y) {
+  const int64_t dim = wrap_dim("masked_softmax", a.dim, a.input.dim());  // checked by op.shape
   const c10::cuda::CUDAGuard guard(a.input.device());
   const at::Tensor x = a.input.contiguous();
   const at::Tensor mask = a.mask ? a.mask->expand(x.sizes()).contiguous() : at::Tensor();
-  at::Tensor y = at::empty(x.sizes(), x.options());
   const auto s = split_at_dim(x.sizes(), dim);
   cuda_kernels::MaskedSoftmaxParams p;
   p.input = x.const_data_ptr();
@@ -30,7 +29,6 @@ at::Tensor masked_softmax_cuda(const MaskedSoftmaxArgs& a) {
   p.dtype = to_kernel_dtype(x.scalar_type());
   check_launch("masked_softmax",
                cuda_kernels::launch_masked_softmax_fwd(p, at::cuda::getCurrentCUDAStream()));
-  return y;
 }
 
 }  // namespace customop::ops::detail

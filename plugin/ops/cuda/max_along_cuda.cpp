@@ -12,13 +12,11 @@
 
 namespace customop::ops::detail {
 
-MaxAlongResult max_along_cuda(const MaxAlongArgs& a) {
-  const int64_t dim = check_max_along(a, c10::DeviceType::CUDA);
+void max_along_cuda(const MaxAlongArgs& a, const MaxAlongResult& out) {
+  const int64_t dim = wrap_dim("max_along", a.dim, a.input.dim());  // checked by op.shape
   const c10::cuda::CUDAGuard guard(a.input.device());
   const at::Tensor x = a.input.contiguous();
-  const std::vector<int64_t> out_sizes = max_along_out_sizes<int64_t>(x.sizes(), dim, a.keepdim);
-  at::Tensor values = at::empty(out_sizes, x.options());
-  at::Tensor indices = at::empty(out_sizes, x.options().dtype(at::kLong));
+  const auto& [values, indices] = out;
   const auto s = split_at_dim(x.sizes(), dim);
   cuda_kernels::MaxAlongParams p;
   p.input = x.const_data_ptr();
@@ -30,7 +28,6 @@ MaxAlongResult max_along_cuda(const MaxAlongArgs& a) {
   p.dtype = to_kernel_dtype(x.scalar_type());
   check_launch("max_along",
                cuda_kernels::launch_max_along_fwd(p, at::cuda::getCurrentCUDAStream()));
-  return {values, indices};
 }
 
 }  // namespace customop::ops::detail

@@ -8,8 +8,9 @@ namespace customop::ops::detail {
 /// Device, dtype, shape and value checks of bias_gelu for a kernel of `device`.
 void check_bias_gelu(const BiasGeluArgs& args, c10::DeviceType device);
 
-/// The forward kernels (cpu/bias_gelu_cpu.cpp, cuda/bias_gelu_cuda.cpp).
-at::Tensor bias_gelu_cpu(const BiasGeluArgs& args);
-at::Tensor bias_gelu_cuda(const BiasGeluArgs& args);
+/// The forward kernels, writing into the outputs op.shape allocated (cpu/bias_gelu_cpu.cpp,
+/// cuda/bias_gelu_cuda.cpp).
+void bias_gelu_cpu(const BiasGeluArgs& args, const at::Tensor& out);
+void bias_gelu_cuda(const BiasGeluArgs& args, const at::Tensor& out);
 
 }  // namespace customop::ops::detail

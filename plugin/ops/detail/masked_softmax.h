@@ -10,8 +10,9 @@ namespace customop::ops::detail {
 /// Throws c10::Error naming the argument, expected vs actual.
 int64_t check_masked_softmax(const MaskedSoftmaxArgs& args, c10::DeviceType device);
 
-/// The forward kernels (cpu/masked_softmax_cpu.cpp, cuda/masked_softmax_cuda.cpp).
-at::Tensor masked_softmax_cpu(const MaskedSoftmaxArgs& args);
-at::Tensor masked_softmax_cuda(const MaskedSoftmaxArgs& args);
+/// The forward kernels, writing into the outputs op.shape allocated (cpu/masked_softmax_cpu.cpp,
+/// cuda/masked_softmax_cuda.cpp).
+void masked_softmax_cpu(const MaskedSoftmaxArgs& args, const at::Tensor& out);
+void masked_softmax_cuda(const MaskedSoftmaxArgs& args, const at::Tensor& out);
 
 }  // namespace customop::ops::detail

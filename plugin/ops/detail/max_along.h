@@ -26,8 +26,9 @@ std::vector<Size> max_along_out_sizes(c10::ArrayRef<Size> input_sizes, int64_t d
   return out;
 }
 
-/// The forward kernels (cpu/max_along_cpu.cpp, cuda/max_along_cuda.cpp).
-MaxAlongResult max_along_cpu(const MaxAlongArgs& args);
-MaxAlongResult max_along_cuda(const MaxAlongArgs& args);
+/// The forward kernels, writing into the outputs op.shape allocated (cpu/max_along_cpu.cpp,
+/// cuda/max_along_cuda.cpp).
+void max_along_cpu(const MaxAlongArgs& args, const MaxAlongResult& out);
+void max_along_cuda(const MaxAlongArgs& args, const MaxAlongResult& out);
 
 }  // namespace customop::ops::detail

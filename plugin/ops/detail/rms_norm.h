@@ -8,8 +8,9 @@ namespace customop::ops::detail {
 /// Device, dtype, shape and value checks of rms_norm for a kernel of `device`.
 void check_rms_norm(const RmsNormArgs& args, c10::DeviceType device);
 
-/// The forward kernels (cpu/rms_norm_cpu.cpp, cuda/rms_norm_cuda.cpp).
-at::Tensor rms_norm_cpu(const RmsNormArgs& args);
-at::Tensor rms_norm_cuda(const RmsNormArgs& args);
+/// The forward kernels, writing into the outputs op.shape allocated (cpu/rms_norm_cpu.cpp,
+/// cuda/rms_norm_cuda.cpp).
+void rms_norm_cpu(const RmsNormArgs& args, const at::Tensor& out);
+void rms_norm_cuda(const RmsNormArgs& args, const at::Tensor& out);
 
 }  // namespace customop::ops::detail
