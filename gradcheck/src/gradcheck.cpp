@@ -12,6 +12,7 @@
 #include "detail/input_subsets.h"
 #include "detail/layout_variants.h"
 #include "detail/low_precision.h"
+#include "detail/mutation_audit.h"
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
@@ -338,7 +339,9 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
 
 GradcheckResult gradcheck(const c10::OperatorHandle& op, const torch::jit::Stack& args,
                           const GradcheckOptions& options) {
-  return gradcheck(boxed_from_handle(op, /*has_cpu=*/true), args, options);
+  return detail::with_mutation_checks(op, args, options, [&](const GradcheckOptions& o) {
+    return gradcheck(boxed_from_handle(op, /*has_cpu=*/true), args, o);
+  });
 }
 
 GradcheckResult gradcheck(const c10::OperatorHandle& op, const c10::OperatorHandle& reference,
@@ -346,7 +349,8 @@ GradcheckResult gradcheck(const c10::OperatorHandle& op, const c10::OperatorHand
   BoxedFunction fn = boxed_from_handle(op, /*has_cpu=*/true);
   fn.reference = [reference](torch::jit::Stack& s) { reference.callBoxed(s); };
   fn.reference_name = qualified_name(reference.schema());
-  return gradcheck(fn, args, options);
+  return detail::with_mutation_checks(
+      op, args, options, [&](const GradcheckOptions& o) { return gradcheck(fn, args, o); });
 }
 
 GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
@@ -358,12 +362,11 @@ GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
     fn.reference = [&op](torch::jit::Stack& s) { op.reference()(&s); };
     fn.reference_name = fn.name + "'s reference";
   }
-  GradcheckOptions inner = options;
-  inner.raise_exception = false;
-  GradcheckResult r = gradcheck(fn, args, inner);
-  if (options.check_fake_kernel && op.has_fake_kernel()) detail::check_fake_kernel(op, args, r);
-  if (!r.passed && options.raise_exception) throw GradcheckError(r);
-  return r;
+  return detail::with_mutation_checks(op.handle(), args, options, [&](const GradcheckOptions& o) {
+    GradcheckResult r = gradcheck(fn, args, o);
+    if (o.check_fake_kernel && op.has_fake_kernel()) detail::check_fake_kernel(op, args, r);
+    return r;
+  });
 }
 
 std::string GradcheckResult::message() const { return format_report(*this); }

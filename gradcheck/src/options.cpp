@@ -51,6 +51,7 @@ std::string_view check_name(Check check) {
     case Check::kForwardError: return "forward_error";
     case Check::kInputSubset: return "input_subset";
     case Check::kLowPrecision: return "low_precision";
+    case Check::kMutation: return "mutation";
   }
   return "?";
 }

@@ -13,6 +13,8 @@
 // raises are failed checks in it.
 // Throws c10::ValueError naming the op and the argument when args or options do not fit.
 
+#include "detail/mutation_audit.h"
+
 #include <customop/gradcheck/gradcheck.h>
 #include <customop/gradcheck/report.h>
 #include <customop/op_core.h>
@@ -89,6 +91,7 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
     {"check_cuda_against_cpu", &GradcheckOptions::check_cuda_against_cpu},
     {"check_second_order", &GradcheckOptions::check_second_order},
     {"check_fake_kernel", &GradcheckOptions::check_fake_kernel},
+    {"check_mutation", &GradcheckOptions::check_mutation},
     {"check_layout_variants", &GradcheckOptions::check_layout_variants},
 };
 
@@ -203,7 +206,9 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
       fn.reference = [core](torch::jit::Stack& s) { core->reference()(&s); };
       fn.reference_name = name + "'s reference";
     }
-    return to_json(gradcheck(fn, stack, options));
+    return to_json(detail::with_mutation_checks(
+        *handle, stack, options,
+        [&](const GradcheckOptions& o) { return gradcheck(fn, stack, o); }));
   } catch (const json::exception& e) {
     TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): ", e.what());
   }

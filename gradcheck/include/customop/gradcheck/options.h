@@ -232,6 +232,15 @@ struct GradcheckOptions {
   /// (what torch.library.opcheck's test_faketensor checks, without Python). Its cost: one
   /// real and one fake forward call per case.
   bool check_fake_kernel = true;
+  /// Mutation audit, for any dispatcher op: run it once on private copies of every tensor
+  /// argument's whole base storage and compare them byte for byte before and after. An
+  /// argument the schema does not declare written (Tensor(a!)) that changed fails, naming
+  /// the argument and the first changed element; so does a declared one changed outside its
+  /// own view, and an output sharing storage with an argument. A declared write that did not
+  /// happen is a note. Its cost: one forward call and two copies of each argument's storage.
+  /// An op that declares writes gets this audit instead of the gradient checks (customop
+  /// refuses written tensors that require grad); the report's notes say so.
+  bool check_mutation = true;
   /// Also run the op with each differentiable input, and give the VJP each grad_output, in
   /// non-contiguous layouts (a strided view of a larger buffer; the last two dims transposed
   /// where 2-D or more), and require the outputs and grads of the given layout to rounding:

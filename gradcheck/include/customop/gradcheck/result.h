@@ -34,6 +34,8 @@ enum class Check : std::uint8_t {
   kInputSubset,   ///< with only some inputs requiring grad, their grads changed (or it raised)
   kLowPrecision,  ///< a float16/bfloat16 output or grad is further from the precise run than
                   ///< the low-precision rule allows (LowPrecisionReport)
+  kMutation,      ///< an argument the schema does not declare written (Tensor(a!)) changed, a
+                  ///< written one changed outside its view, or an output aliases an argument
 };
 
 /// Names a check, as JSON spells it.
