@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   double nondet_tol = 0.0;
   bool second_order = false;
   bool no_layout_variants = false;
+  bool no_mutation_audit = false;
   std::string input_subsets = "singles-and-complements";
   std::string low_precision = "auto";
   std::string json_path, heatmap_dir, samples_path, dump_samples_path;
@@ -168,6 +169,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-layout-variants", no_layout_variants,
                "Skip the layout variants (each input and grad_output also strided and "
                "transposed, compared with the given layout)");
+  app.add_flag("--no-mutation-audit", no_mutation_audit,
+               "Skip the mutation audit (every argument's storage compared before and after "
+               "one call against the schema's Tensor(a!) declarations)");
   app.add_option("--input-subsets", input_subsets,
                  "Also run each backward with only some inputs requiring grad: none, singles "
                  "(each input alone) or singles-and-complements (also every input but one; "
@@ -247,6 +251,7 @@ int main(int argc, char** argv) {
   run.check.nondet_tol = nondet_tol;
   run.check.check_second_order = second_order;
   run.check.check_layout_variants = !no_layout_variants;
+  run.check.check_mutation = !no_mutation_audit;
   run.check.input_subsets = input_subsets == "none"      ? gc::InputSubsets::kNone
                             : input_subsets == "singles" ? gc::InputSubsets::kEachAlone
                                                          : gc::InputSubsets::kEachAloneAndAllButOne;

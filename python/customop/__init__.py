@@ -52,8 +52,10 @@ from .ops import (  # noqa: E402  (after the library is loaded)
     BUILT_IN_OPS,
     bias_gelu,
     clamp_count,
+    fused_add_rms_norm_,
     masked_softmax,
     max_along,
+    paged_kv_write,
     rms_norm,
     weighted_sum,
 )
@@ -65,8 +67,10 @@ __all__ = [
     "recorded_torch_version",
     "bias_gelu",
     "clamp_count",
+    "fused_add_rms_norm_",
     "masked_softmax",
     "max_along",
+    "paged_kv_write",
     "rms_norm",
     "weighted_sum",
 ]

@@ -33,6 +33,8 @@ def annotation(type_) -> str:
 
 def returns_annotation(schema) -> str:
     types = [annotation(r.type) for r in schema.returns]
+    if not types:  # `-> ()`: an op that writes its arguments
+        return "None"
     if len(types) == 1:
         return types[0]
     return "tuple[" + ", ".join(types) + "]"
@@ -77,10 +79,19 @@ def spell_arguments(schema, spell) -> list[str]:
     return out
 
 
+def _alias(arg) -> str:
+    """`(a!)` for an argument the op writes (its alias set, unqualified), else ''."""
+    info = arg.alias_info
+    if info is None:
+        return ""
+    sets = "|".join(sorted(str(x).split("::")[-1] for x in info.before_set))
+    return f"({sets}{'!' if info.is_write else ''})"
+
+
 def schema_text(schema) -> str:
     """The schema with defaults spelled as written (float eps=1e-06), as `customop-gradcheck
     --list` prints it."""
-    args = spell_arguments(schema, lambda a: f"{schema_type(a.type)} {a.name}" + (
+    args = spell_arguments(schema, lambda a: f"{schema_type(a.type)}{_alias(a)} {a.name}" + (
         "=" + _schema_default(a) if a.has_default_value() else ""))
     rets = [f"{schema_type(r.type)} {r.name}" if r.name else schema_type(r.type)
             for r in schema.returns]
@@ -109,13 +120,14 @@ def docstring(name: str, schema) -> str:
     ]
     for a in schema.arguments:
         default = f", default {default_repr(a)}" if a.has_default_value() else ""
-        lines.append(f"    {a.name} ({annotation(a.type)}{default})")
+        written = ", written in place" if a.alias_info is not None and a.alias_info.is_write else ""
+        lines.append(f"    {a.name} ({annotation(a.type)}{default}{written})")
     lines += [
         "",
         f"Returns: {returns_annotation(schema)}",
         "",
         f"Shapes, dtypes, devices, the formula and the errors it raises: the C++ header "
-        f"customop/ops/{name}.h. Raises RuntimeError (or ValueError, TypeError) naming the op "
+        f"customop/ops/{name.rstrip('_')}.h. Raises RuntimeError (or ValueError, TypeError) naming the op "
         f"and the argument on bad input.",
     ]
     return "\n".join(lines)

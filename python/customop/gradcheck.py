@@ -137,7 +137,8 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
       differentiable inputs; their dtype and device are the run's (float64 for tight
       tolerances). Values: tensors, lists of tensors, None, bool, int, finite float, str.
     - options: GradcheckOptions fields, e.g. mode="fast", eps=1e-6, atol=1e-5, rtol=1e-3,
-      seed=0, check_second_order=True, check_fake_kernel=False, input_subsets="singles",
+      seed=0, check_second_order=True, check_fake_kernel=False, check_mutation=False,
+      input_subsets="singles",
       label="my case"; and
       - dtype=torch.bfloat16 (or float16, float32, float64): every floating tensor of each
         sample is cast to it first (requires_grad kept). float16/bfloat16 are judged by the

@@ -9,8 +9,8 @@ import torch
 
 from . import _schema_py
 
-BUILT_IN_OPS = ("bias_gelu", "clamp_count", "masked_softmax", "max_along", "rms_norm",
-                "weighted_sum")
+BUILT_IN_OPS = ("bias_gelu", "clamp_count", "fused_add_rms_norm_", "masked_softmax", "max_along",
+                "paged_kv_write", "rms_norm", "weighted_sum")
 
 
 def _wrap(name: str):
@@ -29,7 +29,9 @@ def _wrap(name: str):
 
 bias_gelu = _wrap("bias_gelu")
 clamp_count = _wrap("clamp_count")
+fused_add_rms_norm_ = _wrap("fused_add_rms_norm_")
 masked_softmax = _wrap("masked_softmax")
 max_along = _wrap("max_along")
+paged_kv_write = _wrap("paged_kv_write")
 rms_norm = _wrap("rms_norm")
 weighted_sum = _wrap("weighted_sum")

@@ -10,11 +10,17 @@ def bias_gelu(input: Tensor, bias: Tensor, approximate: str = 'none') -> Tensor:
 def clamp_count(input: Tensor, min: float, max: float) -> tuple[Tensor, Tensor]:
     """customop::clamp_count(Tensor input, float min, float max) -> (Tensor output, Tensor clamped)"""
 
+def fused_add_rms_norm_(input: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-06) -> None:
+    """customop::fused_add_rms_norm_(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"""
+
 def masked_softmax(input: Tensor, mask: Tensor | None, dim: int) -> Tensor:
     """customop::masked_softmax(Tensor input, Tensor? mask, int dim) -> Tensor"""
 
 def max_along(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """customop::max_along(Tensor input, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
+
+def paged_kv_write(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor) -> None:
+    """customop::paged_kv_write(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping) -> ()"""
 
 def rms_norm(input: Tensor, weight: Tensor, eps: float = 1e-06) -> Tensor:
     """customop::rms_norm(Tensor input, Tensor weight, float eps=1e-06) -> Tensor"""

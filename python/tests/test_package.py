@@ -25,8 +25,15 @@ def _leaf(*shape, seed=0):
 CALLS = {
     "bias_gelu": lambda: dict(input=_leaf(4, 8), bias=_leaf(8, seed=1), approximate="tanh"),
     "clamp_count": lambda: dict(input=_leaf(7), min=-0.5, max=0.5),
+    # The ops that write their arguments take tensors that do not require grad.
+    "fused_add_rms_norm_": lambda: dict(input=_leaf(4, 8).detach(), residual=_leaf(4, 8, seed=1).detach(),
+                                        weight=_leaf(8, seed=2).detach(), eps=1e-5),
     "masked_softmax": lambda: dict(input=_leaf(3, 4), mask=torch.rand(3, 4) > 0.3, dim=1),
     "max_along": lambda: dict(input=_leaf(3, 5), dim=1, keepdim=True),
+    "paged_kv_write": lambda: dict(key=_leaf(3, 2, 4).detach(), value=_leaf(3, 2, 4, seed=1).detach(),
+                                   key_cache=torch.zeros(2, 4, 2, 4, dtype=F64),
+                                   value_cache=torch.zeros(2, 4, 2, 4, dtype=F64),
+                                   slot_mapping=torch.tensor([5, -1, 0])),
     "rms_norm": lambda: dict(input=_leaf(4, 8), weight=_leaf(8, seed=1), eps=1e-5),
     "weighted_sum": lambda: dict(inputs=[_leaf(2, 3), _leaf(2, 3, seed=1)], weights=[0.5, 2.0]),
 }
@@ -56,15 +63,19 @@ def test_named_arguments_and_defaults_come_from_the_schema(name):
         if a.has_default_value():
             assert params[a.name].default == a.default_value
     assert _schema_py.schema_text(schema) in fn.__doc__
-    assert f"customop/ops/{name}.h" in fn.__doc__
+    assert f"customop/ops/{name.rstrip('_')}.h" in fn.__doc__
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_a_call_equals_the_dispatcher_op_and_passes_opcheck(name):
     kwargs = CALLS[name]()
+    twin = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     got = getattr(customop, name)(**kwargs)
-    want = getattr(torch.ops.customop, name)(**kwargs)
+    want = getattr(torch.ops.customop, name)(**twin)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for key, value in kwargs.items():  # what the op wrote, too
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(value, twin[key], rtol=0, atol=0)
     torch.library.opcheck(getattr(torch.ops.customop, name).default, (), kwargs)
 
 

@@ -26,6 +26,7 @@
 namespace {
 
 namespace gc = customop::gradcheck;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 // ---- test-local ops ------------------------------------------------------------------------
@@ -354,8 +355,7 @@ TEST(Checks, KinkAcceptsSubgradientsAndReportsOthers) {
   for (double at_kink : {0.0, 3e-7, -3e-7}) {
     const auto r = gc::gradcheck(op, stack_of({leaf({-1.0, at_kink, 2.0})}), no_raise());
     EXPECT_TRUE(r.passed) << at_kink << ": " << r.message();
-    ASSERT_FALSE(r.notes.empty()) << at_kink;
-    EXPECT_THAT(r.notes.back(), HasSubstr("1 entries lie at a kink within the step"));
+    EXPECT_THAT(r.notes, Contains(HasSubstr("1 entries lie at a kink within the step"))) << at_kink;
     EXPECT_EQ(r.pairs.at(0).kink_entries, 1);
   }
   const auto bad = gc::gradcheck(corpus_op("relu_bad_subgradient"),
@@ -522,8 +522,7 @@ TEST(Checks, Float32RulesAvoidFalseAlarms) {
   central.rtol.reset();
   const auto est = gc::gradcheck(op, stack_of({x}), central);
   EXPECT_TRUE(est.passed) << est.message();
-  ASSERT_FALSE(est.notes.empty());
-  EXPECT_THAT(est.notes.back(), HasSubstr("a wrong value there may pass"));
+  EXPECT_THAT(est.notes, Contains(HasSubstr("a wrong value there may pass")));
   const auto ref = gc::gradcheck(op, stack_of({x}), no_raise());
   EXPECT_TRUE(ref.passed) << ref.message();
   EXPECT_EQ(ref.method, "central (float64 reference)");

@@ -120,3 +120,37 @@ def test_decode_loop_example_compiled_matches_eager():
                         "--steps", "6", "--seqs", "2"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "eager and compiled agree" in r.stdout
+
+
+def test_gradcheck_audits_the_declared_writes():
+    a = step_args(3)
+    [report] = customop.gradcheck.check(paged, [(a[3], a[4], a[5], a[6], a[7])])
+    assert report["passed"], report
+    notes = "\n".join(report["notes"])
+    assert "no gradient check" in notes
+    assert "written: 'key_cache' (declared), 'value_cache' (declared)" in notes
+    assert torch.count_nonzero(a[5]) == 0  # the audit wrote private copies
+
+
+# A torch.library op (not customop's) whose kernel writes its input without declaring it: the
+# commonest schema bug, which opcheck's four tests do not see on a kernel below autograd.
+_lib = torch.library.Library("customop_test_mut", "DEF")
+_lib.define("scale_writes(Tensor x) -> Tensor")
+
+
+def _scale_writes(x):
+    x.mul_(2)
+    return x * 1.5
+
+
+_lib.impl("scale_writes", _scale_writes, "CPU")
+
+
+def test_gradcheck_catches_an_undeclared_write_in_a_torch_library_op():
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    [report] = customop.gradcheck.check("customop_test_mut::scale_writes", [(x,)])
+    assert not report["passed"]
+    mutation = [f for f in report["failures"] if f["check"] == "mutation"]
+    assert mutation and "undeclared write: argument 'x'" in mutation[0]["headline"], report
+    assert "element [0]: 0.5 -> 1" in mutation[0]["detail"]
+    torch.testing.assert_close(x.detach(), torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
