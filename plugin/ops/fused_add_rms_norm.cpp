@@ -20,11 +20,11 @@ void check_fused_add_rms_norm(const FusedAddRmsNormArgs& a) {
   TORCH_CHECK(a.residual.sym_sizes() == a.input.sym_sizes(), kOp,
               ": residual must have input's shape ", a.input.sym_sizes(), ", but got ",
               a.residual.sym_sizes());
+  TORCH_CHECK(a.weight.dim() == 1, kOp, ": weight must have shape [D] = [", a.input.sym_size(-1),
+              "], but got ", a.weight.sym_sizes());
   TORCH_SYM_CHECK(a.weight.sym_size(0).sym_eq(a.input.sym_size(-1)),
                   "fused_add_rms_norm_: weight must have shape [D] = [", a.input.sym_size(-1),
                   "], but got ", a.weight.sym_sizes());
-  TORCH_CHECK(a.weight.dim() == 1, kOp, ": weight must have shape [D] = [", a.input.sym_size(-1),
-              "], but got ", a.weight.sym_sizes());
   TORCH_CHECK_VALUE(a.eps >= 0, kOp, ": eps must be >= 0, but got ", a.eps);
 }
 

@@ -121,6 +121,11 @@ void OpCore::set_autocast(AutocastPolicy policy, std::source_location loc) {
                 c10::toString(key), " kernel registered outside customop (", handle_->debug(),
                 "); the autocast policy at ", format_location(loc), " is refused");
   }
+  TORCH_CHECK(!mutates_ || policy == AutocastPolicy::kRefuse, name_,
+              ": writes arguments in place (Tensor(a!)), so the autocast policy ",
+              autocast_policy_name(policy), " at ", format_location(loc),
+              " is refused: a cast would hand the kernel a copy, and the caller's tensor would "
+              "never be written. Declare AutocastPolicy::kRefuse, or none");
   autocast_loc_ = loc;
   // Published before the kernel exists: a call under autocast never reads "no policy".
   autocast_policy_.store(static_cast<int>(policy), std::memory_order_release);

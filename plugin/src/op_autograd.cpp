@@ -177,9 +177,12 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
       }
       TORCH_CHECK_NOT_IMPLEMENTED(
           !requires_grad, "Autograd has not been implemented for operator ", name_, " (argument '",
-          schema_.arguments()[i].name(),
-          "' requires grad). Register a formula with impl_save_for_backward and "
-          "impl_backward, or call the op under torch::NoGradGuard");
+          schema_.arguments()[i].name(), "' requires grad). ",
+          mutates_ ? "The op writes arguments in place, and such ops cannot have a backward "
+                     "formula yet: call it under torch.no_grad() / torch::NoGradGuard, or pass "
+                     "that argument detached"
+                   : "Register a formula with impl_save_for_backward and impl_backward, or call "
+                     "the op under torch::NoGradGuard");
     }
   }
   if (mutates_) {

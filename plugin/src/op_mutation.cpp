@@ -17,6 +17,7 @@
 
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace customop {
 
@@ -63,17 +64,24 @@ std::string describe(const at::TensorBase& t) {
   return os.str();
 }
 
-// Whether two tensors may touch the same bytes. torch's exact answer when it has one; for the
-// cases it calls too hard (a non-dense tensor), the byte extents within a shared storage.
-bool may_share_memory(const at::Tensor& a, const at::Tensor& b) {
+// Whether two tensors may touch the same bytes: "shares" (torch's exact answer), "may share"
+// (for what torch calls too hard, a non-dense tensor: their byte ranges within one storage
+// intersect, though strided views may interleave without touching), or nullptr.
+const char* shared_memory(const at::Tensor& a, const at::Tensor& b) {
   switch (at::get_overlap_status(a, b)) {
-    case at::MemOverlapStatus::No: return false;
+    case at::MemOverlapStatus::No: return nullptr;
     case at::MemOverlapStatus::Full:
-    case at::MemOverlapStatus::Partial: return true;
+    case at::MemOverlapStatus::Partial: return "shares";
     case at::MemOverlapStatus::TooHard: break;
   }
-  if (!a.has_storage() || !b.has_storage() || !a.storage().is_alias_of(b.storage())) return false;
-  if (a.numel() == 0 || b.numel() == 0) return false;
+  if (!a.has_storage() || !b.has_storage() || !a.storage().is_alias_of(b.storage())) return nullptr;
+  // NB: symbolic sizes (FakeTensor under dynamic shapes) cannot be read here; the real call
+  // checks again.
+  if (a.unsafeGetTensorImpl()->has_symbolic_sizes_strides() ||
+      b.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    return nullptr;
+  }
+  if (a.numel() == 0 || b.numel() == 0) return nullptr;
   auto extent = [](const at::Tensor& t) {
     int64_t last = t.storage_offset();
     for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
@@ -82,7 +90,7 @@ bool may_share_memory(const at::Tensor& a, const at::Tensor& b) {
   };
   const auto [a0, a1] = extent(a);
   const auto [b0, b1] = extent(b);
-  return a0 < b1 && b0 < a1;
+  return a0 < b1 && b0 < a1 ? "may share" : nullptr;
 }
 
 }  // namespace
@@ -134,10 +142,15 @@ void OpCore::check_written_args(c10::DeviceType /*device*/, const torch::jit::St
                 "the writes. Pass a tensor with its own memory (x.contiguous() or x.clone())");
     for (size_t j = 0; j < tensors.size(); ++j) {
       if (j == i || (tensors[j].written && j < i)) continue;  // each written pair once
-      TORCH_CHECK(!may_share_memory(w.tensor, tensors[j].tensor), name_, ": ", w.what,
-                  " is written in place, but it shares memory with ", tensors[j].what,
+      const char* shared = shared_memory(w.tensor, tensors[j].tensor);
+      TORCH_CHECK(shared == nullptr, name_, ": ", w.what, " is written in place, but it ", shared,
+                  " memory with ", tensors[j].what,
                   w.tensor.is_same(tensors[j].tensor) ? " (the same tensor)" : "",
-                  "; the kernel would read values it has already overwritten, or write one "
+                  std::string_view(shared == nullptr ? "" : shared) == "may share"
+                      ? " (their byte ranges in one storage overlap; interleaved strided views "
+                        "cannot be told apart here)"
+                      : "",
+                  "; the kernel could read values it has already overwritten, or write one "
                   "location twice. Pass separate tensors (clone one of them)");
     }
   }

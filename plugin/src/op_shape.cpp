@@ -36,6 +36,17 @@ void OpCore::note_out_kernel(c10::DeviceType device, const std::source_location&
               "(customop/op.h)");
 }
 
+void OpCore::check_output_devices(const detail::OutputsSnapshot& outputs, c10::DeviceType device,
+                                  const std::source_location& loc) const {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TORCH_CHECK(outputs[i].device.type() == device, name_, ": the shape function states output ", i,
+                " on ", outputs[i].device, ", but the ", c10::DeviceTypeName(device),
+                " out kernel at ", format_location(loc),
+                " runs: give the output the device of the tensor it is computed from "
+                "(TensorSpec::like(input))");
+  }
+}
+
 namespace {
 std::string layout_text(const detail::OutputLayout& l) {
   std::ostringstream os;

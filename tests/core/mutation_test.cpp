@@ -159,7 +159,8 @@ TEST(Mutation, WrittenArgumentSharingMemoryWithAnotherIsRefused) {
   EXPECT_THAT(error_message([&] {
                 op(AddIntoArgs{grid.select(1, 0), grid.select(1, 1)});
               }),
-              HasSubstr("shares memory"));
+              AllOf(HasSubstr("may share memory with argument 'x'"),
+                    HasSubstr("byte ranges in one storage overlap")));
   EXPECT_TRUE(at::equal(buf, before));
   // Disjoint slices of one storage are separate tensors.
   op(AddIntoArgs{buf.slice(0, 0, 4), buf.slice(0, 4, 8)});
@@ -175,6 +176,14 @@ TEST(Mutation, MetaAndInferenceModeCalls) {
     op(AddIntoArgs{acc, at::ones({2}, at::kFloat)});
   }
   EXPECT_TRUE(at::equal(acc, at::ones({2}, at::kFloat)));
+}
+
+TEST(Mutation, AnAutocastPolicyThatWouldCastAWrittenTensorIsRefused) {
+  auto& op = add_into();
+  EXPECT_THAT(error_message([&] { op.autocast(customop::AutocastPolicy::kFloat32); }),
+              AllOf(HasSubstr("core_mut::add_into"), HasSubstr("writes arguments in place"),
+                    HasSubstr("kRefuse")));
+  EXPECT_FALSE(op.autocast_policy().has_value());
 }
 
 TEST(Mutation, ABackwardFormulaIsRefused) {

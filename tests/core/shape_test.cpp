@@ -143,4 +143,19 @@ TEST(Shape, OutKernelThatResizesItsOutputIsRefused) {
                     HasSubstr("sizes [5]")));
 }
 
+TEST(Shape, OutputStatedOnAnotherDeviceIsRefusedBeforeTheKernel) {
+  auto& op = customop::define<SplitArgs>("core_shape::wrong_device(Tensor x) -> Tensor");
+  op.shape([](const SplitArgs& a) {
+    customop::TensorSpec s = customop::TensorSpec::like(a.x);
+    s.device = c10::Device(c10::kMeta);  // e.g. copied from an argument on another device
+    return s;
+  });
+  bool ran = false;
+  op.impl(c10::DeviceType::CPU, [&ran](const SplitArgs&, const at::Tensor&) { ran = true; });
+  EXPECT_THAT(error_message([&] { op(SplitArgs{at::zeros({2})}); }),
+              AllOf(HasSubstr("core_shape::wrong_device"), HasSubstr("output 0 on meta"),
+                    HasSubstr("CPU out kernel")));
+  EXPECT_FALSE(ran);
+}
+
 }  // namespace

@@ -138,6 +138,7 @@ const customop::OpCore& define_acc(const char* name, int mode) {
       for (int64_t i = 0; i < a.acc.numel(); ++i) p[i] += q[i];
     }
     // mode 2: the declared write never happens
+    if (mode == 3) TORCH_CHECK(false, "acc_throws: planted kernel error");
   });
   return op;
 }
@@ -170,6 +171,14 @@ TEST(MutationAudit, DeclaredWriteThatNeverHappensIsANote) {
   EXPECT_TRUE(r.passed) << r.message();
   EXPECT_THAT(notes(r), HasSubstr("argument 'acc' is declared written (Tensor(a!)) but this "
                                   "sample left it unchanged"));
+}
+
+TEST(MutationAudit, MutatingOpThatRaisesFailsWithItsMessage) {
+  const auto& op = define_acc("gc_mut::acc_throws", 3);
+  const auto r = gc::gradcheck(op, strided_acc_sample(), report_only());
+  EXPECT_FALSE(r.passed);
+  EXPECT_TRUE(r.failed(gc::Check::kForwardError));
+  EXPECT_THAT(r.message(), HasSubstr("acc_throws: planted kernel error"));
 }
 
 TEST(MutationAudit, AuditedCallLeavesTheCallersTensorsAlone) {

@@ -104,8 +104,12 @@ void judge(const Audited& a, GradcheckResult& r, std::vector<std::string>& writt
   if (a.view.numel() > 0) in_view.index_fill_(0, view_elements(a, storage_elems), true);
   const at::Tensor outside = changed & in_view.logical_not();
   const at::Tensor inside = changed & in_view;
-  auto first = [](const at::Tensor& mask) { return mask.nonzero()[0][0].item<int64_t>(); };
+  // The first set element of `mask`, or storage_elems (bytes past the last whole element).
+  auto first = [&](const at::Tensor& mask) {
+    return mask.any().item<bool>() ? mask.nonzero()[0][0].item<int64_t>() : storage_elems;
+  };
   auto describe = [&](int64_t e) {
+    if (e >= storage_elems) return std::string("bytes past the storage's last whole element");
     const std::string index = view_index_of(a, storage_elems, e);
     return (index.empty() ? "storage element " + std::to_string(e) + " (outside its view)"
                           : "element " + index) +
@@ -124,7 +128,12 @@ void judge(const Audited& a, GradcheckResult& r, std::vector<std::string>& writt
                     "into a new tensor");
     return;
   }
-  if (outside.any().item<bool>()) {
+  const bool trailing =
+      storage_elems * item < changed_bytes.numel() &&
+      changed_bytes.narrow(0, storage_elems * item, changed_bytes.numel() - storage_elems * item)
+          .any()
+          .item<bool>();
+  if (outside.any().item<bool>() || trailing) {
     add_failure(r, Check::kMutation, false, -1, -1,
                 "write outside the view: " + a.name +
                     " is declared written, but the call also changed its base storage outside "
@@ -197,8 +206,14 @@ void audit(const c10::OperatorHandle& op, const torch::jit::Stack& args, Gradche
   try {
     const at::NoGradGuard no_grad;
     op.callBoxed(call);
-  } catch (const std::exception&) {
-    return;  // the other checks report the op's own error
+  } catch (const std::exception& e) {
+    // An op that declares writes gets no other check that would run it: its error is the
+    // report. Any other op's error is reported by the gradient checks.
+    if (schema.is_mutable()) {
+      add_failure(result, Check::kForwardError, false, -1, -1, "the op raised an error",
+                  "  " + one_line_error(e));
+    }
+    return;
   }
   std::vector<std::string> written;
   for (const auto& a : audited) judge(a, result, written);
@@ -256,7 +271,8 @@ GradcheckResult with_mutation_checks(
     inner.raise_exception = false;
     r = gradient_checks(inner);
   }
-  if (options.check_mutation) {
+  // NB: an op that declares writes is always audited: the audit is the only check that runs it.
+  if (options.check_mutation || schema.is_mutable()) {
     audit_mutation(op, args, r);
   } else {
     r.notes.push_back("mutation: not audited (check_mutation off)");

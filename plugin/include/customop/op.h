@@ -129,6 +129,7 @@ class Op final : public OpCore {
             const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
             const Outputs outs = allocate_outputs(args, /*meta=*/false);
             const OutputsSnapshot before = snapshot(outs);
+            check_output_devices(before, device, loc);
             kernel(args, outs);
             check_outputs_kept(before, snapshot(outs), device, loc);
             detail::push_returns(*stack, Ret(outs));
@@ -185,13 +186,16 @@ class Op final : public OpCore {
                     "[customop] a shape function is callable as fn(const Args&) and returns a "
                     "customop::TensorSpec per Tensor return (std::tuple<TensorSpec, ...> for "
                     "several)");
+      // NB: the function is stored before the fake kernel that calls it is published; a second
+      // declaration is refused (by set_fake_kernel) before anything is replaced.
+      if (!has_fake_kernel())
+        shape_ = [fn = std::move(fn)](const Args& a) -> Specs { return fn(a); };
       set_fake_kernel(
           [this](torch::jit::Stack* stack) {
             const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
             detail::push_returns(*stack, Ret(allocate_outputs(args, /*meta=*/true)));
           },
           loc);
-      shape_ = [fn = std::move(fn)](const Args& a) -> Specs { return fn(a); };
       note_shape(loc);
     }
     return *this;

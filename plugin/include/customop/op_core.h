@@ -246,6 +246,11 @@ class OpCore {
   /// After an out kernel ran: each output must still have the storage, sizes, strides and
   /// offset it was allocated with. Throws c10::Error naming the op, the output, the kernel's
   /// device and location, and both layouts.
+  /// Before an out kernel runs: each allocated output must be on the kernel's device (a shape
+  /// function states each output's device). Throws c10::Error naming the op, the output and
+  /// both devices.
+  void check_output_devices(const detail::OutputsSnapshot& outputs, c10::DeviceType device,
+                            const std::source_location& loc) const;
   void check_outputs_kept(const detail::OutputsSnapshot& before,
                           const detail::OutputsSnapshot& after, c10::DeviceType device,
                           const std::source_location& loc) const;

@@ -103,12 +103,13 @@ struct OutputLayout {
   c10::SymDimVector strides;
   const void* storage = nullptr;
   c10::SymInt offset;
+  c10::Device device = c10::kCPU;
   static OutputLayout of(const at::Tensor& t) {
     return {
         c10::SymDimVector(t.sym_sizes().begin(), t.sym_sizes().end()),
         c10::SymDimVector(t.sym_strides().begin(), t.sym_strides().end()),
         t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl()) : nullptr,
-        t.sym_storage_offset()};
+        t.sym_storage_offset(), t.device()};
   }
 };
 using OutputsSnapshot = c10::SmallVector<OutputLayout, 2>;

@@ -29,14 +29,19 @@ void paged_kv_write_cuda(const PagedKvWriteArgs& a) {
                 " is outside the cache, which has ", slots, " slots (", a.key_cache.size(0),
                 " blocks of ", a.key_cache.size(1), "); nothing was written");
   }
-  const at::Tensor sorted = std::get<0>(slot.sort());
   if (tokens > 1) {
+    const auto [sorted, order] = slot.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
     const at::Tensor lo = sorted.slice(0, 0, tokens - 1);
     const at::Tensor hi = sorted.slice(0, 1, tokens);
-    TORCH_CHECK(!((lo == hi) & (lo >= 0)).any().item<bool>(),
-                "paged_kv_write: two tokens map to one slot (slot_mapping); each slot holds "
-                "one token. Nothing was written");
+    const at::Tensor twice = (lo == hi) & (lo >= 0);
+    if (twice.any().item<bool>()) {
+      const int64_t i = twice.to(at::kInt).argmax().item<int64_t>();
+      TORCH_CHECK(false, "paged_kv_write: tokens ", order[i].item<int64_t>(), " and ",
+                  order[i + 1].item<int64_t>(), " both map to slot ", sorted[i].item<int64_t>(),
+                  " (slot_mapping); each slot holds one token. Nothing was written");
+    }
   }
+  if (slots == 0) return;  // every slot was negative (checked above): nothing to write
   const at::Tensor k = a.key.contiguous();
   const at::Tensor v = a.value.contiguous();
   cuda_kernels::PagedKvWriteParams p;

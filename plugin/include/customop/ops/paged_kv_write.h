@@ -29,7 +29,9 @@ struct PagedKvWriteArgs {
 
 /// key_cache[s / block_size, s % block_size] = key[t] and the same for value, for every
 /// token t with s = slot_mapping[t] >= 0. On CUDA the slot checks synchronize with the
-/// device (they read slot_mapping); the copies are enqueued on the current stream.
+/// device (they read slot_mapping), so a CUDA call cannot be captured in a CUDA graph (nor
+/// run under torch.compile(mode="reduce-overhead")); the copies are enqueued on the current
+/// stream.
 /// \returns the op `customop::paged_kv_write`, registered when libcustomop_ops loads
 /// \throws c10::Error naming `paged_kv_write` and the argument when shapes, dtypes or devices
 ///         disagree, a cache is not contiguous, a slot is >= blocks * block_size, or two tokens
