@@ -50,7 +50,7 @@ std::vector<NamedTensor> tensors_of(const std::vector<ArgSpec>& args,
     } else if (v.isTensorList()) {
       const auto list = v.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) {
-        const at::Tensor t = list.get(k);
+        const at::Tensor& t = list.get(k);
         if (t.defined()) out.push_back({t, what + " element " + std::to_string(k), false});
       }
     }

@@ -200,7 +200,7 @@ void audit(const c10::OperatorHandle& op, const torch::jit::Stack& args, Gradche
     }
   }
   if (audited.empty()) {
-    result.notes.push_back("mutation: not audited (no tensor argument with storage)");
+    result.notes.emplace_back("mutation: not audited (no tensor argument with storage)");
     return;
   }
   try {
@@ -251,7 +251,7 @@ GradcheckResult with_mutation_checks(
   const auto& schema = op.schema();
   GradcheckResult r;
   if (schema.is_mutable()) {
-    const std::string overload = schema.overload_name();
+    const std::string& overload = schema.overload_name();
     r.op = schema.name() + (overload.empty() ? "" : "." + overload);
     r.label = options.label;
     r.mode = options.mode;
@@ -275,7 +275,7 @@ GradcheckResult with_mutation_checks(
   if (options.check_mutation || schema.is_mutable()) {
     audit_mutation(op, args, r);
   } else {
-    r.notes.push_back("mutation: not audited (check_mutation off)");
+    r.notes.emplace_back("mutation: not audited (check_mutation off)");
   }
   if (!r.passed && options.raise_exception) throw GradcheckError(r);
   return r;
