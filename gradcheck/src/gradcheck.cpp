@@ -7,12 +7,11 @@
 #include "detail/checker.h"
 #include "detail/compare.h"
 #include "detail/draws.h"
-#include "detail/fake_check.h"
 #include "detail/function.h"
 #include "detail/input_subsets.h"
 #include "detail/layout_variants.h"
 #include "detail/low_precision.h"
-#include "detail/mutation_audit.h"
+#include "detail/op_checks.h"
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
@@ -339,7 +338,7 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
 
 GradcheckResult gradcheck(const c10::OperatorHandle& op, const torch::jit::Stack& args,
                           const GradcheckOptions& options) {
-  return detail::with_mutation_checks(op, args, options, [&](const GradcheckOptions& o) {
+  return detail::with_op_checks(op, args, options, [&](const GradcheckOptions& o) {
     return gradcheck(boxed_from_handle(op, /*has_cpu=*/true), args, o);
   });
 }
@@ -349,8 +348,8 @@ GradcheckResult gradcheck(const c10::OperatorHandle& op, const c10::OperatorHand
   BoxedFunction fn = boxed_from_handle(op, /*has_cpu=*/true);
   fn.reference = [reference](torch::jit::Stack& s) { reference.callBoxed(s); };
   fn.reference_name = qualified_name(reference.schema());
-  return detail::with_mutation_checks(
-      op, args, options, [&](const GradcheckOptions& o) { return gradcheck(fn, args, o); });
+  return detail::with_op_checks(op, args, options,
+                                [&](const GradcheckOptions& o) { return gradcheck(fn, args, o); });
 }
 
 GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
@@ -362,11 +361,8 @@ GradcheckResult gradcheck(const OpCore& op, const torch::jit::Stack& args,
     fn.reference = [&op](torch::jit::Stack& s) { op.reference()(&s); };
     fn.reference_name = fn.name + "'s reference";
   }
-  return detail::with_mutation_checks(op.handle(), args, options, [&](const GradcheckOptions& o) {
-    GradcheckResult r = gradcheck(fn, args, o);
-    if (o.check_fake_kernel && op.has_fake_kernel()) detail::check_fake_kernel(op, args, r);
-    return r;
-  });
+  return detail::with_op_checks(op.handle(), args, options,
+                                [&](const GradcheckOptions& o) { return gradcheck(fn, args, o); });
 }
 
 std::string GradcheckResult::message() const { return format_report(*this); }

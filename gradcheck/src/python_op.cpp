@@ -13,7 +13,7 @@
 // raises are failed checks in it.
 // Throws c10::ValueError naming the op and the argument when args or options do not fit.
 
-#include "detail/mutation_audit.h"
+#include "detail/op_checks.h"
 
 #include <customop/gradcheck/gradcheck.h>
 #include <customop/gradcheck/report.h>
@@ -206,7 +206,7 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
       fn.reference = [core](torch::jit::Stack& s) { core->reference()(&s); };
       fn.reference_name = name + "'s reference";
     }
-    return to_json(detail::with_mutation_checks(
+    return to_json(detail::with_op_checks(
         *handle, stack, options,
         [&](const GradcheckOptions& o) { return gradcheck(fn, stack, o); }));
   } catch (const json::exception& e) {

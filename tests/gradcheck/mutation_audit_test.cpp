@@ -95,7 +95,7 @@ TEST(MutationAudit, AuditCanBeTurnedOff) {
   o.check_mutation = false;
   const auto r = gc::gradcheck(op, leaf_sample(), o);
   EXPECT_FALSE(r.failed(gc::Check::kMutation));
-  EXPECT_THAT(notes(r), HasSubstr("mutation: not audited (check_mutation off)"));
+  EXPECT_THAT(notes(r), HasSubstr("mutation: not checked (check_mutation off)"));
 }
 
 // A plain TORCH_LIBRARY-style op (not customop's) with the same undeclared write: the audit

@@ -1,6 +1,10 @@
 #include "detail/fake_check.h"
 
 #include "detail/checker.h"
+#include "detail/op_checks.h"
+
+#include "detail/shape_sweep.h"
+#include <customop/op_core.h>
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/GradMode.h>
@@ -18,8 +22,6 @@ at::Tensor meta_like(const at::Tensor& t) {
   if (!t.defined()) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
-
-at::Tensor detached(const at::Tensor& t) { return t.defined() ? t.detach() : t; }
 
 // A copy of `args` with every tensor passed through `f`.
 template <class F>
@@ -84,23 +86,33 @@ std::string input_device(const torch::jit::Stack& args) {
 
 }  // namespace
 
-void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, GradcheckResult& result) {
+namespace {
+
+enum class FakeOutcome : std::uint8_t { kRealRaised, kAgreed, kDiffered };
+
+// Runs `op` on `args` and on meta copies, and adds a kFakeKernel failure per difference;
+// `on` ("" for the sample itself, else " on <variant>") ends each headline.
+FakeOutcome compare_fake_and_real(const c10::OperatorHandle& op, const torch::jit::Stack& args,
+                                  const std::string& on, GradcheckResult& result) {
   const c10::AutoGradMode no_grad(false);
-  torch::jit::Stack real = map_tensors(args, detached);
+  // Copies: an op may write its arguments (declared or not); the caller's stay as they are.
+  torch::jit::Stack real =
+      map_tensors(args, [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
   try {
-    op.handle().callBoxed(real);
+    op.callBoxed(real);
   } catch (const std::exception&) {
     note_caught_error();
-    return;  // the real kernel's error is the other checks' to report
+    return FakeOutcome::kRealRaised;  // the real kernel's error is the other checks' to report
   }
+  const std::size_t failures_before = result.failures.size();
   torch::jit::Stack fake = map_tensors(args, meta_like);
   try {
-    op.handle().callBoxed(fake);
+    op.callBoxed(fake);
   } catch (const std::exception& e) {
     add_failure(result, Check::kFakeKernel, false, -1, -1,
-                "Fake kernel raised on meta copies of the inputs, where the real kernel ran",
+                "Fake kernel raised on meta copies of the inputs, where the real kernel ran" + on,
                 "  " + one_line_error(e));
-    return;
+    return FakeOutcome::kDiffered;
   }
   const auto& rets = op.schema().returns();
   // "output 1 ('indices')", or "output 0" for an unnamed return.
@@ -112,14 +124,14 @@ void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, Gradchec
   auto fail = [&](size_t i, const std::string& where, const std::string& what,
                   const std::string& fake_v, const std::string& real_v) {
     add_failure(result, Check::kFakeKernel, false, static_cast<int>(i), -1,
-                "Fake kernel mismatch for " + output(i) + where + ": " + what,
+                "Fake kernel mismatch for " + output(i) + where + ": " + what + on,
                 "  fake (Meta) kernel: " + fake_v + "\n  real kernel:        " + real_v);
   };
   if (fake.size() != real.size()) {
     add_failure(result, Check::kFakeKernel, false, -1, -1,
                 "Fake kernel mismatch: it returned " + std::to_string(fake.size()) +
-                    " values, the real kernel " + std::to_string(real.size()));
-    return;
+                    " values, the real kernel " + std::to_string(real.size()) + on);
+    return FakeOutcome::kDiffered;
   }
   const std::string device = input_device(args);
   for (size_t i = 0; i < real.size(); ++i) {
@@ -147,7 +159,8 @@ void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, Gradchec
       if (f.scalar_type() != r.scalar_type()) {
         fail(i, where, "dtype", str(f.scalar_type()), str(r.scalar_type()));
       }
-      if (significant_strides(f) != significant_strides(r)) {
+      // An empty tensor has no layout to agree on.
+      if (r.numel() > 0 && significant_strides(f) != significant_strides(r)) {
         fail(i, where, "strides", str(f.strides()), str(r.strides()));
       }
       if (!f.is_meta()) {
@@ -159,6 +172,48 @@ void check_fake_kernel(const OpCore& op, const torch::jit::Stack& args, Gradchec
       }
     }
   }
+  return result.failures.size() == failures_before ? FakeOutcome::kAgreed : FakeOutcome::kDiffered;
 }
+
+}  // namespace
+
+void check_fake_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& args,
+                       GradcheckResult& result) {
+  if (compare_fake_and_real(op, args, "", result) != FakeOutcome::kAgreed) return;
+  std::vector<std::string> names;
+  for (const auto& a : op.schema().arguments()) names.push_back(a.name());
+  const auto variants = shape_variants(args, names);
+  std::size_t agreed = 0;
+  std::size_t refused = 0;
+  for (const auto& v : variants) {
+    const FakeOutcome o =
+        compare_fake_and_real(op, v.args, " (on a variant of the sample: " + v.what + ")", result);
+    if (o == FakeOutcome::kDiffered) return;  // one variant's failure says it; the rest add noise
+    (o == FakeOutcome::kAgreed ? agreed : refused) += 1;
+  }
+  result.notes.push_back("fake kernel: agreed with the real kernel on the sample and on " +
+                         std::to_string(agreed) + " of " + std::to_string(variants.size()) +
+                         " variants of its sizes and layouts (the real kernel refused " +
+                         std::to_string(refused) + ")");
+}
+
+namespace {
+bool fake_enabled(const c10::OperatorHandle& op, const GradcheckOptions& options,
+                  std::string& why_not) {
+  if (!options.check_fake_kernel) {
+    why_not = "check_fake_kernel off";
+    return false;
+  }
+  // NB: customop registers a Meta kernel for every op, which raises when the op has none of
+  // its own (an op for eager use only): that op has no fake kernel to check.
+  const auto& schema = op.schema();
+  const OpCore* core = schema.overload_name().empty() ? find_op(schema.name()) : nullptr;
+  why_not = "the op has no fake (Meta) kernel";
+  return core != nullptr ? core->has_fake_kernel()
+                         : op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
+}
+}  // namespace
+
+const OpCheck kFakeKernelCheck = {"fake kernel", &fake_enabled, &check_fake_kernel};
 
 }  // namespace customop::gradcheck::detail

@@ -8,6 +8,7 @@
 
 #include "detail/checker.h"
 #include "detail/function.h"
+#include "detail/op_checks.h"
 
 #include <customop/gradcheck/gradcheck.h>
 
@@ -28,9 +29,10 @@ struct Audited {
   std::string name;   // "argument 'x'" or "argument 'xs' element 1"
   std::string label;  // "'x'" or "'xs'[1]"
   bool declared = false;
-  at::Tensor view;    // the tensor the op gets: the argument's view of `bytes`
-  at::Tensor bytes;   // the private copy of its whole base storage, as uint8
-  at::Tensor before;  // `bytes` before the call
+  at::Tensor view;      // the tensor the op gets: the argument's view of `bytes`
+  at::Tensor bytes;     // the private copy of its whole base storage, as uint8
+  at::Tensor before;    // `bytes` before the call
+  int64_t version = 0;  // view's version counter before the call
 };
 
 // The whole storage under `t`, as a flat uint8 tensor on t's device (no copy).
@@ -48,6 +50,7 @@ Audited make_audited(const at::Tensor& t, std::string name, std::string label, b
   a.before = a.bytes.clone();
   a.view = at::empty({0}, t.options())
                .set_(a.bytes.storage(), t.storage_offset(), t.sizes(), t.strides());
+  a.version = static_cast<int64_t>(a.view._version());
   return a;
 }
 
@@ -133,6 +136,21 @@ void judge(const Audited& a, GradcheckResult& r, std::vector<std::string>& writt
       changed_bytes.narrow(0, storage_elems * item, changed_bytes.numel() - storage_elems * item)
           .any()
           .item<bool>();
+  if (static_cast<int64_t>(a.view._version()) == a.version) {
+    // NB: autograd learns of an in-place write only through the version counter; a kernel
+    // registered without an ADInplaceOrView kernel that writes through data_ptr leaves it.
+    add_failure(r, Check::kMutation, false, -1, -1,
+                "missing version bump: " + a.name +
+                    " was written by the call, but its version counter did not change (" +
+                    std::to_string(a.version) + " before and after)",
+                "  first changed " +
+                    describe(inside.any().item<bool>() ? first(inside) : first(outside)) +
+                    ". Autograd then cannot see the write: a tensor saved for backward before "
+                    "it is used with its new values and the grads are silently wrong. Register "
+                    "an ADInplaceOrView kernel that calls torch::autograd::increment_version "
+                    "on each written argument (customop::define does this for MutableTensor "
+                    "fields)");
+  }
   if (outside.any().item<bool>() || trailing) {
     add_failure(r, Check::kMutation, false, -1, -1,
                 "write outside the view: " + a.name +
@@ -245,40 +263,15 @@ void audit(const c10::OperatorHandle& op, const torch::jit::Stack& args, Gradche
 }
 }  // namespace
 
-GradcheckResult with_mutation_checks(
-    const c10::OperatorHandle& op, const torch::jit::Stack& args, const GradcheckOptions& options,
-    const std::function<GradcheckResult(const GradcheckOptions&)>& gradient_checks) {
-  const auto& schema = op.schema();
-  GradcheckResult r;
-  if (schema.is_mutable()) {
-    const std::string& overload = schema.overload_name();
-    r.op = schema.name() + (overload.empty() ? "" : "." + overload);
-    r.label = options.label;
-    r.mode = options.mode;
-    r.seed = options.seed;
-    for (const auto& v : args) {
-      if (v.isTensor() && v.toTensor().defined()) {
-        r.device = v.toTensor().device().str();
-        r.dtype = std::string(c10::getDtypeNames(v.toTensor().scalar_type()).first);
-        break;
-      }
-    }
-    r.notes.push_back("no gradient check: " + r.op +
-                      " writes arguments in place (Tensor(a!)); customop refuses written "
-                      "tensors that require grad, so there is no backward to check");
-  } else {
-    GradcheckOptions inner = options;
-    inner.raise_exception = false;
-    r = gradient_checks(inner);
-  }
+namespace {
+bool mutation_enabled(const c10::OperatorHandle& op, const GradcheckOptions& options,
+                      std::string& why_not) {
   // NB: an op that declares writes is always audited: the audit is the only check that runs it.
-  if (options.check_mutation || schema.is_mutable()) {
-    audit_mutation(op, args, r);
-  } else {
-    r.notes.emplace_back("mutation: not audited (check_mutation off)");
-  }
-  if (!r.passed && options.raise_exception) throw GradcheckError(r);
-  return r;
+  why_not = "check_mutation off";
+  return options.check_mutation || op.schema().is_mutable();
 }
+}  // namespace
+
+const OpCheck kMutationCheck = {"mutation", &mutation_enabled, &audit_mutation};
 
 }  // namespace customop::gradcheck::detail

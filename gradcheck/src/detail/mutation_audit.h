@@ -3,12 +3,8 @@
 
 #include <customop/gradcheck/result.h>
 
-#include <customop/gradcheck/options.h>
-
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-
-#include <functional>
 
 namespace customop::gradcheck::detail {
 
@@ -20,22 +16,13 @@ namespace customop::gradcheck::detail {
 ///     storage element k) and its value before and after;
 ///   - declared written argument changed outside its own view (a kernel that writes as if it
 ///     were contiguous);
+///   - declared written argument that changed while its version counter did not (no
+///     ADInplaceOrView kernel: autograd cannot see the write);
 ///   - output that shares storage with an argument.
 /// Adds a note per declared write that did not happen on this sample, and one summing up
 /// what the audit saw. Adds nothing when the call raises: the other checks report that.
 /// Works on any dispatcher op (customop's or not) and any device.
 void audit_mutation(const c10::OperatorHandle& op, const torch::jit::Stack& args,
                     GradcheckResult& result);
-
-/// Every entry point of the harness for a dispatcher op goes through here:
-///   - an op whose schema declares a write (Tensor(a!)) gets no gradient checks (customop
-///     refuses written tensors that require grad; the report's notes say so, and it is not a
-///     failure), only the mutation audit;
-///   - any other op runs `gradient_checks` (with raise_exception off), then the audit.
-/// The audit runs when options.check_mutation. Throws GradcheckError when the result failed
-/// and options.raise_exception.
-GradcheckResult with_mutation_checks(
-    const c10::OperatorHandle& op, const torch::jit::Stack& args, const GradcheckOptions& options,
-    const std::function<GradcheckResult(const GradcheckOptions&)>& gradient_checks);
 
 }  // namespace customop::gradcheck::detail

@@ -70,9 +70,31 @@ const std::vector<CorpusEntry>& corpus() {
   return entries;
 }
 
+const std::vector<SchemaCorpusEntry>& schema_corpus() {
+  detail::register_schema_bugs();
+  static const std::vector<SchemaCorpusEntry> entries = {
+      {"customop_mutants::double_it", "", "", ""},
+      {"customop_mutants::add_one_", "", "", ""},
+      {"customop_mutants::pad_row", "", "", ""},
+      {"customop_mutants::tall_copy", "", "", ""},
+      {"customop_mutants::double_it_writes_input", "customop_mutants::double_it",
+       "writes its input (Tensor, not Tensor(a!)) and returns a copy", "mutation"},
+      {"customop_mutants::add_one_no_bump_", "customop_mutants::add_one_",
+       "registered by hand: writes through data_ptr, no ADInplaceOrView kernel (no version "
+       "bump)",
+       "mutation"},
+      {"customop_mutants::pad_row_locks_size", "customop_mutants::pad_row",
+       "fake kernel reads the row count with guard_int (the size is locked)", "shape_lock"},
+      {"customop_mutants::tall_copy_fake_contiguous", "customop_mutants::tall_copy",
+       "kernel returns column-major output for tall inputs; the fake is always row-major",
+       "fake_kernel"},
+  };
+  return entries;
+}
+
 namespace {
 // Loading libcustomop_mutants.so registers every op with the dispatcher.
-[[maybe_unused]] const bool registered = (corpus(), true);
+[[maybe_unused]] const bool registered = (corpus(), schema_corpus(), true);
 }  // namespace
 
 }  // namespace customop_mutants

@@ -26,4 +26,17 @@ struct CorpusEntry {
 /// Every op of the corpus, correct ones first. Calling it also makes sure the ops are registered.
 const std::vector<CorpusEntry>& corpus();
 
+/// One op of the schema corpus: its backward is right (or it has none); what may be wrong is its
+/// contract with the dispatcher: what it writes, its version counter, its fake kernel.
+struct SchemaCorpusEntry {
+  std::string op;        ///< qualified name, "customop_mutants::double_it_writes_input"
+  std::string twin;      ///< the correct op it breaks ("" for a correct op)
+  std::string fault;     ///< what is wrong, in words ("" for a correct op)
+  std::string expected;  ///< the check that must fail: check_name(), or "shape_lock" (the
+                         ///< Python API's symbolic-shape check; "" for a correct op)
+};
+
+/// The schema corpus, correct ops first (their samples: op.samples, float64 on CPU).
+const std::vector<SchemaCorpusEntry>& schema_corpus();
+
 }  // namespace customop_mutants
