@@ -35,6 +35,7 @@ from torch.autograd.gradcheck import GradcheckError
 from ._dropin import UnreliableDifferencesWarning, check_callable, gradcheck, gradgradcheck
 from ._harness import ensure_loaded, format_failure, run
 from ._op_names import op_name as _op_name
+from ._shape_lock import check_shape_lock, format_shape_lock
 from ._sharding_check import check_sharding, format_sharding_failure
 
 __all__ = ["GradcheckError", "Sample", "UnreliableDifferencesWarning", "assert_gradcheck",
@@ -55,11 +56,15 @@ class Sample:
         sample.kwargs = kwargs
 
 
-def _schema_of(name: str):
+def _overload_of(name: str):
     qualified, _, overload = name.partition(".")
     namespace, _, opname = qualified.partition("::")
     packet = getattr(getattr(torch.ops, namespace), opname)
-    return getattr(packet, overload or "default")._schema
+    return getattr(packet, overload or "default")
+
+
+def _schema_of(name: str):
+    return _overload_of(name)._schema
 
 
 def _split(name: str, sample):
@@ -140,6 +145,11 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
       seed=0, check_second_order=True, check_fake_kernel=False, check_mutation=False,
       input_subsets="singles",
       label="my case"; and
+      - check_shape_lock=False: skip the shape-lock check (on by default; Python only). It
+        runs the op's fake kernel once with every input dim of size >= 2 symbolic and fails
+        the report ("shape_lock") when the kernel fixed one of them to its sample value, naming
+        the argument, the dim and the guard; report["shape_lock"] holds what it saw
+        (customop/_shape_lock.py);
       - dtype=torch.bfloat16 (or float16, float32, float64): every floating tensor of each
         sample is cast to it first (requires_grad kept). float16/bfloat16 are judged by the
         low-precision rule (a precise float64 run on the same rounded values; README
@@ -164,6 +174,7 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
     if "reference" in options and not isinstance(options["reference"], str):
         options["reference"] = _op_name(options["reference"])
     sharding = bool(options.pop("sharding", False))
+    shape_lock = bool(options.pop("check_shape_lock", True))
     reports, bound = [], []
     for i, sample in enumerate(samples):
         opts = dict(options)
@@ -175,6 +186,8 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
             args = [_cast(a, dtype) for a in args]
         report = run(name, args, opts, names)
         report.pop("_raised", None)
+        if shape_lock and names is not None:
+            _add_shape_lock(report, name, args, names)
         reports.append(report)
     if sharding:
         for report, rule_report in zip(reports, check_sharding(name, bound)):
@@ -188,6 +201,22 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
                     {"check": "sharding", "headline": headline,
                      "detail": format_sharding_failure(rule_report)})
     return reports
+
+
+def _add_shape_lock(report: dict, name: str, args: list, names: list[str]) -> None:
+    lock = check_shape_lock(_overload_of(name), args, names)
+    report["shape_lock"] = lock
+    notes = report.setdefault("notes", [])
+    if "not_run" in lock:
+        notes.append(f"shape lock: not checked ({lock['not_run']})")
+    elif lock["passed"]:
+        notes.append(f"shape lock: {lock['symbols']} symbolic size(s), none fixed by the fake "
+                     f"kernel")
+    else:
+        report["passed"] = False
+        headline, detail = format_shape_lock(name, lock)
+        report.setdefault("failures", []).append(
+            {"check": "shape_lock", "headline": headline, "detail": detail})
 
 
 def assert_gradcheck(op, samples: Sequence[Any], **options) -> None:

@@ -1,0 +1,125 @@
+"""The schema corpus (tests/gradcheck/mutants/schema_bugs.cpp), side by side with
+torch.library.opcheck.
+
+Each planted bug breaks an op's contract with the dispatcher, not its backward: a write the
+schema does not declare, a declared write without a version bump, a fake kernel that locks a
+symbolic size, a fake kernel whose strides are wrong on shapes other than the sample's. Each has
+a correct twin. customop.gradcheck.check must fail every bug with the check named here and pass
+every twin; opcheck's verdicts are printed beside ours (pytest -s shows the table) and, on the
+pinned torch, must be the ones the README's table states.
+
+Environment (set by ctest): CUSTOMOP_MUTANTS_LIB (the .so); PYTHONPATH holding customop.
+"""
+
+import os
+
+import pytest
+import torch
+
+import customop.gradcheck as gc
+
+LIB = os.environ.get("CUSTOMOP_MUTANTS_LIB")
+pytestmark = pytest.mark.skipif(not LIB, reason="CUSTOMOP_MUTANTS_LIB must be set")
+
+# op -> (its correct twin or None, the check of ours that must fail, or None)
+CORPUS = {
+    "double_it": (None, None),
+    "add_one_": (None, None),
+    "pad_row": (None, None),
+    "tall_copy": (None, None),
+    "double_it_writes_input": ("double_it", "mutation"),
+    "add_one_no_bump_": ("add_one_", "mutation"),
+    "pad_row_locks_size": ("pad_row", "shape_lock"),
+    "tall_copy_fake_contiguous": ("tall_copy", "fake_kernel"),
+}
+# What opcheck said on torch 2.15 (the README's table): the opcheck test that failed, or None.
+OPCHECK_ON_PINNED_TORCH = {
+    "double_it_writes_input": "test_schema",
+    "add_one_no_bump_": None,
+    "pad_row_locks_size": None,
+    "tall_copy_fake_contiguous": None,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _load():
+    torch.ops.load_library(LIB)
+
+
+def _sample(name: str):
+    # add_one_* write x: a written tensor may not require grad
+    grad = not name.startswith("add_one")
+    return (torch.randn(3, 4, dtype=torch.float64, requires_grad=grad),)
+
+
+def _ours(name: str):
+    report = gc.check(getattr(torch.ops.customop_mutants, name), [_sample(name)])[0]
+    return report, sorted({f["check"] for f in report.get("failures", [])})
+
+
+def _opcheck(name: str):
+    results = torch.library.opcheck(getattr(torch.ops.customop_mutants, name), _sample(name),
+                                    raise_exception=False)
+    return [test for test, verdict in results.items() if verdict != "SUCCESS"]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_every_bug_caught_no_false_alarm_and_the_table_against_opcheck():
+    rows = []
+    for name, (twin, expected) in CORPUS.items():
+        torch.manual_seed(0)
+        report, failed = _ours(name)
+        torch_failed = _opcheck(name)
+        rows.append((name, twin or "", ", ".join(failed) or "pass",
+                     ", ".join(torch_failed) or "pass"))
+        if expected is None:
+            assert report["passed"], gc.format_failure(report)
+            assert not torch_failed, f"opcheck failed the correct op {name}: {torch_failed}"
+        else:
+            assert not report["passed"] and expected in failed, (name, failed)
+            if torch.__version__.startswith("2.15."):
+                want = OPCHECK_ON_PINNED_TORCH[name]
+                assert torch_failed == ([want] if want else []), (name, torch_failed)
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{'op':{width}}  {'twin of':12}  {'customop.gradcheck':20}  opcheck")
+    for op, twin, ours, theirs in rows:
+        print(f"{op:{width}}  {twin:12}  {ours:20}  {theirs}")
+
+
+def test_shape_lock_names_argument_dim_and_guard():
+    report, _ = _ours("pad_row_locks_size")
+    lock = report["shape_lock"]
+    assert lock["locked"] == [{"argument": "x", "dim": 0, "size": 3,
+                               "where": lock["locked"][0]["where"]}]
+    assert "Eq(" in lock["locked"][0]["where"] and "guard_int" in lock["locked"][0]["where"]
+    assert "locks 1 of 2 symbolic sizes" in gc.format_failure(report)
+
+
+def test_shape_lock_allows_relations_between_sizes():
+    # tall_copy's fake branches on n > m: a guard that fixes neither size.
+    report, _ = _ours("tall_copy")
+    assert report["shape_lock"]["passed"] and report["shape_lock"]["guards"]
+
+
+def test_shape_lock_python_fake_names_the_line():
+    lib = torch.library.Library("schema_corpus_py", "FRAGMENT")  # noqa: F841 -- kept alive
+    torch.library.define("schema_corpus_py::rows", "(Tensor x) -> Tensor", lib=lib)
+    torch.library.impl("schema_corpus_py::rows", "cpu", lambda x: x * 2, lib=lib)
+
+    @torch.library.register_fake("schema_corpus_py::rows", lib=lib)
+    def _(x):
+        rows = int(x.shape[0])  # the planted lock
+        return x.new_empty((rows, x.shape[1]))
+
+    x = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    # The op has no autograd kernel, so the gradient checks fail too; the lock is what we test.
+    report = gc.check("schema_corpus_py::rows", [(x,)])[0]
+    lock = report.get("shape_lock")
+    assert lock is not None and not lock["passed"], report
+    assert "test_schema_corpus.py" in lock["locked"][0]["where"]
+
+
+def test_shape_lock_can_be_turned_off():
+    report = gc.check(torch.ops.customop_mutants.pad_row_locks_size, [_sample("pad_row")],
+                      check_shape_lock=False)[0]
+    assert report["passed"] and "shape_lock" not in report
