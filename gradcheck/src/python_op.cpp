@@ -206,9 +206,9 @@ std::string check(c10::string_view op_view, const std::vector<at::Tensor>& tenso
       fn.reference = [core](torch::jit::Stack& s) { core->reference()(&s); };
       fn.reference_name = name + "'s reference";
     }
-    return to_json(detail::with_op_checks(
-        *handle, stack, options,
-        [&](const GradcheckOptions& o) { return gradcheck(fn, stack, o); }));
+    return to_json(detail::with_op_checks(*handle, stack, options, [&](const GradcheckOptions& o) {
+      return gradcheck(fn, stack, o);
+    }));
   } catch (const json::exception& e) {
     TORCH_CHECK_VALUE(false, "customop.gradcheck.check(", op, "): ", e.what());
   }

@@ -93,7 +93,9 @@ std::vector<ShapeVariant> shape_variants(const torch::jit::Stack& args,
   auto add = [&](std::string what, const torch::jit::Stack& v) {
     if (out.size() < max_variants) out.push_back({std::move(what), v});
   };
-  for (const auto& [n, where] : sizes) {
+  for (const auto& entry : sizes) {
+    const int64_t n = entry.first;  // NB: not a structured binding: lambdas capture it
+    const std::string& where = entry.second;
     std::set<int64_t> targets = {0, 1, n + 3};
     targets.erase(n);
     for (const int64_t m : targets) {
