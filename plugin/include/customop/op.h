@@ -29,8 +29,10 @@
 #include <c10/util/TypeIndex.h>
 
 #include <algorithm>
+#include <array>
 #include <exception>
 #include <initializer_list>
+#include <memory>
 #include <source_location>
 #include <string_view>
 #include <typeindex>
@@ -123,18 +125,28 @@ class Op final : public OpCore {
                     "[customop] an out kernel kernel(const Args&, outputs) writes into the "
                     "preallocated outputs and returns void");
       note_out_kernel(device, loc);
+      auto shared = std::make_shared<F>(std::move(kernel));
       set_kernel(
           device,
-          [this, kernel = std::move(kernel), device, loc](torch::jit::Stack* stack) mutable {
+          [this, shared, device, loc](torch::jit::Stack* stack) {
             const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
             const Outputs outs = allocate_outputs(args, /*meta=*/false);
             const OutputsSnapshot before = snapshot(outs);
             check_output_devices(before, device, loc);
-            kernel(args, outs);
+            (*shared)(args, outs);
             check_outputs_kept(before, snapshot(outs), device, loc);
             detail::push_returns(*stack, Ret(outs));
           },
           loc);
+      // The same kernel serves the out= overload (an op that writes no argument has one).
+      if (out_handle() != nullptr) {
+        set_out_kernel(
+            device,
+            [this, shared, device, loc](torch::jit::Stack* stack) {
+              run_out_variant(stack, device, shared.get(), loc);
+            },
+            loc);
+      }
     } else {
       static_assert(std::is_invocable_v<F&, const Args&>,
                     "[customop] a kernel must be callable as kernel(const Args&), or (an op "
@@ -197,6 +209,15 @@ class Op final : public OpCore {
           },
           loc);
       note_shape(loc);
+      if (out_handle() != nullptr) {
+        set_out_kernel(
+            c10::DeviceType::Meta,
+            [this, loc](torch::jit::Stack* stack) {
+              run_out_variant(stack, c10::DeviceType::Meta,
+                              static_cast<void (*)(const Args&, const Outputs&)>(nullptr), loc);
+            },
+            loc);
+      }
     }
     return *this;
   }
@@ -617,6 +638,72 @@ class Op final : public OpCore {
       return {};
     }
   }
+  // Outputs <-> one tensor (TensorSpec) per return, in order.
+  using OutArray = std::array<at::Tensor, kHasOutKernelForm ? kNumReturns : 0>;
+  static OutArray to_array(const Outputs& outs) {
+    if constexpr (!kHasOutKernelForm) {
+      return {};
+    } else if constexpr (kNumReturns == 1) {
+      return {outs};
+    } else {
+      return std::apply([](const auto&... t) { return OutArray{t...}; }, outs);
+    }
+  }
+  static Outputs from_array(const OutArray& a) {
+    if constexpr (!kHasOutKernelForm) {
+      return {};
+    } else if constexpr (kNumReturns == 1) {
+      return a[0];
+    } else {
+      return [&]<std::size_t... I>(std::index_sequence<I...>) { return Outputs{a[I]...}; }
+      (std::make_index_sequence<kNumReturns>{});
+    }
+  }
+  static std::array<TensorSpec, kHasOutKernelForm ? kNumReturns : 0> spec_array(const Specs& s) {
+    if constexpr (!kHasOutKernelForm) {
+      return {};
+    } else if constexpr (kNumReturns == 1) {
+      return {s};
+    } else {
+      return std::apply([](const auto&... x) { return std::array<TensorSpec, kNumReturns>{x...}; },
+                        s);
+    }
+  }
+
+  /// The out= overload's kernel (op_out_variant.cpp): the stack holds the functional arguments
+  /// and one out tensor per return. The buffers are checked and resized as the shape function
+  /// states; `kernel` (nullptr for the fake kernel) writes them directly when their strides are
+  /// the stated ones, else fresh outputs that are then copied in. Leaves the out tensors.
+  template <class K>
+  void run_out_variant(torch::jit::Stack* stack, c10::DeviceType device, K* kernel,
+                       const std::source_location& loc) const {
+    if constexpr (kHasOutKernelForm) {
+      OutArray outs;
+      for (std::size_t k = kNumReturns; k-- > 0;) {
+        outs[k] = stack->back().toTensor();
+        stack->pop_back();
+      }
+      const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+      const auto specs = spec_array(shape_(args));
+      bool direct = true;
+      for (std::size_t k = 0; k < kNumReturns; ++k) {
+        direct = prepare_out_buffer(k, outs[k], specs[k]) && direct;
+      }
+      if (kernel != nullptr) {
+        const Outputs target = direct ? from_array(outs) : allocate_outputs(args, /*meta=*/false);
+        const OutputsSnapshot before = snapshot(target);
+        check_output_devices(before, device, loc);
+        (*kernel)(args, target);
+        check_outputs_kept(before, snapshot(target), device, loc);
+        if (!direct) {
+          const OutArray fresh = to_array(target);
+          for (std::size_t k = 0; k < kNumReturns; ++k) outs[k].copy_(fresh[k]);
+        }
+      }
+      detail::push_returns(*stack, Ret(from_array(outs)));
+    }
+  }
+
   static OutputsSnapshot snapshot(const Outputs& outs) {
     OutputsSnapshot shot;
     if constexpr (kHasOutKernelForm) {

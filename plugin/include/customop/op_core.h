@@ -48,6 +48,14 @@ struct Sample {
   torch::jit::Stack args;  ///< one IValue per schema argument
 };
 
+/// The rules of an out= overload (at::Tag::out), checked in C++ (torch checks them in Python
+/// only): `out` takes `functional`'s arguments (same names and types, in order) followed by
+/// keyword-only Tensor arguments, each written (`Tensor(a!)`) in its own alias set, one per
+/// return of `functional`; it returns exactly those tensors, in order, each annotated with its
+/// argument's alias set; no other argument is written.
+/// \throws c10::ValueError naming `out` and the first rule it breaks.
+void check_out_schema(const c10::FunctionSchema& functional, const c10::FunctionSchema& out);
+
 /// Makes an op's samples for a device and a floating dtype (kFloat or kDouble).
 using SampleGenerator = std::function<std::vector<Sample>(c10::Device, c10::ScalarType)>;
 
@@ -163,6 +171,10 @@ class OpCore {
   /// True when the op declared a shape function (Op::shape): its fake kernel and the outputs
   /// of its out kernels come from it.
   bool has_shape() const { return shape_loc_.has_value(); }
+  /// The op's out= overload (`ns::name.out(..., *, Tensor(a!) out) -> Tensor(a!)`, tagged
+  /// at::Tag::out), or nullptr: customop defines it for every op with a shape function that
+  /// writes no argument, when the shape function is declared (op_out_variant.cpp).
+  const c10::OperatorHandle* out_handle() const { return out_handle_ ? &*out_handle_ : nullptr; }
   /// True when both save_for_backward and backward are registered.
   bool has_autograd() const {
     return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
@@ -238,8 +250,20 @@ class OpCore {
   /// The untyped half of Op::impl_fake; throws as Op::impl_fake.
   void set_fake_kernel(detail::BoxedKernel fn, std::source_location loc);
   /// Records where the shape function is declared (Op::shape, after its fake kernel is
-  /// installed).
-  void note_shape(std::source_location loc) { shape_loc_ = loc; }
+  /// installed), and defines the out= overload (define_out_overload) for an op that writes no
+  /// argument.
+  void note_shape(std::source_location loc);
+  /// The typed half of an out= overload's kernel for `device` (Meta: its fake kernel): `fn`
+  /// gets the functional arguments followed by one out tensor per return, and leaves the out
+  /// tensors on the stack. Throws c10::Error naming the op when `device` has one already.
+  void set_out_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
+  /// Makes `out` (out argument `i`) ready to receive output `i` as `spec` states (sizes, strides or
+  /// contiguous when empty, dtype, device), as torch's out= convention says: dtype and device
+  /// must match (c10::Error naming the op, the argument, expected and actual); a buffer of
+  /// other sizes is resized (with a warning when it had elements). Returns true when `out`
+  /// then has exactly the stated strides (the kernel can write it directly), false when the
+  /// caller must compute into a fresh tensor and copy.
+  bool prepare_out_buffer(std::size_t i, const at::Tensor& out, const TensorSpec& spec) const;
   /// Refuses an out kernel (kernel(const Args&, outputs)) for `device` before a shape
   /// function is declared. Throws c10::Error naming the op, `loc` and op.shape.
   void note_out_kernel(c10::DeviceType device, const std::source_location& loc) const;
@@ -338,6 +362,16 @@ class OpCore {
                               torch::jit::Stack* stack) const;
   void check_written_args(c10::DeviceType device, const torch::jit::Stack& stack) const;
   void check_written_args_autograd(const torch::jit::Stack& stack) const;
+  /// The out= overload (op_out_variant.cpp): its definition, and its kernels at the device
+  /// keys, Meta, Autograd (refuses grad) and ADInplaceOrView (bumps the out tensors' versions).
+  friend struct OutVariantKernel;
+  void define_out_overload(const std::source_location& loc);
+  void out_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) const;
+  void out_device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
+  std::vector<std::string> out_names_;
+  std::optional<c10::OperatorHandle> out_handle_;
+  std::atomic<const detail::KernelEntry*> out_kernels_[3] = {nullptr, nullptr, nullptr};
 
   std::string name_;
   std::string ns_;
