@@ -52,6 +52,7 @@ std::string_view check_name(Check check) {
     case Check::kInputSubset: return "input_subset";
     case Check::kLowPrecision: return "low_precision";
     case Check::kMutation: return "mutation";
+    case Check::kOutVariant: return "out_variant";
   }
   return "?";
 }

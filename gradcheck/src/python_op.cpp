@@ -92,6 +92,7 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
     {"check_second_order", &GradcheckOptions::check_second_order},
     {"check_fake_kernel", &GradcheckOptions::check_fake_kernel},
     {"check_mutation", &GradcheckOptions::check_mutation},
+    {"check_out_variant", &GradcheckOptions::check_out_variant},
     {"check_layout_variants", &GradcheckOptions::check_layout_variants},
 };
 

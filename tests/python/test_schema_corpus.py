@@ -27,10 +27,13 @@ CORPUS = {
     "add_one_": (None, None),
     "pad_row": (None, None),
     "tall_copy": (None, None),
+    "scale3": (None, None),
     "double_it_writes_input": ("double_it", "mutation"),
     "add_one_no_bump_": ("add_one_", "mutation"),
     "pad_row_locks_size": ("pad_row", "shape_lock"),
     "tall_copy_fake_contiguous": ("tall_copy", "fake_kernel"),
+    "scale3_out_off": ("scale3", "out_variant"),
+    "scale3_out_reads": ("scale3", "out_variant"),
 }
 # What opcheck said on torch 2.15 (the README's table): the opcheck test that failed, or None.
 OPCHECK_ON_PINNED_TORCH = {
@@ -38,6 +41,8 @@ OPCHECK_ON_PINNED_TORCH = {
     "add_one_no_bump_": None,
     "pad_row_locks_size": None,
     "tall_copy_fake_contiguous": None,
+    "scale3_out_off": None,
+    "scale3_out_reads": None,
 }
 
 
@@ -58,7 +63,8 @@ def _ours(name: str):
 
 
 def _opcheck(name: str):
-    results = torch.library.opcheck(getattr(torch.ops.customop_mutants, name), _sample(name),
+    results = torch.library.opcheck(getattr(torch.ops.customop_mutants, name).default,
+                                    _sample(name),
                                     raise_exception=False)
     return [test for test, verdict in results.items() if verdict != "SUCCESS"]
 

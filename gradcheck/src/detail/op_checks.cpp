@@ -7,7 +7,8 @@
 namespace customop::gradcheck::detail {
 
 const std::vector<const OpCheck*>& op_checks() {
-  static const std::vector<const OpCheck*> checks = {&kMutationCheck, &kFakeKernelCheck};
+  static const std::vector<const OpCheck*> checks = {&kMutationCheck, &kFakeKernelCheck,
+                                                     &kOutVariantCheck};
   return checks;
 }
 

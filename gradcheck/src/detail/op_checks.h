@@ -35,6 +35,8 @@ struct OpCheck {
 extern const OpCheck kFakeKernelCheck;
 /// The byte-for-byte audit of what the op writes (mutation_audit.cpp).
 extern const OpCheck kMutationCheck;
+/// The out= overload against the functional op (out_variant_check.cpp).
+extern const OpCheck kOutVariantCheck;
 
 /// The checks with_op_checks runs, in order.
 const std::vector<const OpCheck*>& op_checks();

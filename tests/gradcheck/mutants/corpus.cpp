@@ -77,6 +77,7 @@ const std::vector<SchemaCorpusEntry>& schema_corpus() {
       {"customop_mutants::add_one_", "", "", ""},
       {"customop_mutants::pad_row", "", "", ""},
       {"customop_mutants::tall_copy", "", "", ""},
+      {"customop_mutants::scale3", "", "", ""},
       {"customop_mutants::double_it_writes_input", "customop_mutants::double_it",
        "writes its input (Tensor, not Tensor(a!)) and returns a copy", "mutation"},
       {"customop_mutants::add_one_no_bump_", "customop_mutants::add_one_",
@@ -88,6 +89,10 @@ const std::vector<SchemaCorpusEntry>& schema_corpus() {
       {"customop_mutants::tall_copy_fake_contiguous", "customop_mutants::tall_copy",
        "kernel returns column-major output for tall inputs; the fake is always row-major",
        "fake_kernel"},
+      {"customop_mutants::scale3_out_off", "customop_mutants::scale3",
+       "out= overload registered by hand computes 3.003 x, the functional op 3 x", "out_variant"},
+      {"customop_mutants::scale3_out_reads", "customop_mutants::scale3",
+       "out= overload adds into its buffer instead of overwriting it", "out_variant"},
   };
   return entries;
 }

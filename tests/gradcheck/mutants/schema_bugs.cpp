@@ -127,6 +127,20 @@ void define_tall_copy(const char* schema, bool fake_knows_layout) {
   op.samples(&matrix_samples);  // [3, 4]: not tall, so the planted fake agrees on the sample
 }
 
+// ---- scale3: 3 x, and an out= overload registered by hand ---------------------------------
+// The functional op is CompositeImplicitAutograd (differentiable through ATen); the out=
+// overload has its own CPU kernel, as hand-written libraries have: 0 correct, 1 off by 0.1 %,
+// 2 accumulating into its buffer instead of overwriting it.
+template <int kFault>
+at::Tensor& scale3_out(const at::Tensor& x, at::Tensor& out) {
+  out.resize_(x.sizes());
+  if (kFault == 0) at::mul_out(out, x, 3);
+  if (kFault == 1) at::mul_out(out, x, 3.003);
+  if (kFault == 2) out.add_(x * 3);
+  return out;
+}
+at::Tensor scale3(const at::Tensor& x) { return x * 3; }
+
 }  // namespace
 
 void register_schema_bugs() {
@@ -145,9 +159,24 @@ void register_schema_bugs() {
 
 }  // namespace customop_mutants::detail
 
-TORCH_LIBRARY_FRAGMENT(customop_mutants, m) { m.def("add_one_no_bump_(Tensor(a!) x) -> ()"); }
+TORCH_LIBRARY_FRAGMENT(customop_mutants, m) {
+  m.def("add_one_no_bump_(Tensor(a!) x) -> ()");
+  for (const char* name : {"scale3", "scale3_out_off", "scale3_out_reads"}) {
+    m.def((std::string(name) + "(Tensor x) -> Tensor").c_str());
+    m.def((std::string(name) + ".out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)").c_str(),
+          {at::Tag::out});
+  }
+}
+TORCH_LIBRARY_IMPL(customop_mutants, CompositeImplicitAutograd, m) {
+  m.impl("scale3", &customop_mutants::detail::scale3);
+  m.impl("scale3_out_off", &customop_mutants::detail::scale3);
+  m.impl("scale3_out_reads", &customop_mutants::detail::scale3);
+}
 TORCH_LIBRARY_IMPL(customop_mutants, CPU, m) {
   m.impl("add_one_no_bump_", &customop_mutants::detail::add_one_no_bump_cpu);
+  m.impl("scale3.out", &customop_mutants::detail::scale3_out<0>);
+  m.impl("scale3_out_off.out", &customop_mutants::detail::scale3_out<1>);
+  m.impl("scale3_out_reads.out", &customop_mutants::detail::scale3_out<2>);
 }
 TORCH_LIBRARY_IMPL(customop_mutants, Meta, m) {
   m.impl("add_one_no_bump_", &customop_mutants::detail::add_one_no_bump_meta);

@@ -241,6 +241,14 @@ struct GradcheckOptions {
   /// An op that declares writes gets this audit instead of the gradient checks (customop
   /// refuses written tensors that require grad); the report's notes say so.
   bool check_mutation = true;
+  /// Out= overload check, for any dispatcher op with an overload `.out` tagged Tag.out (every
+  /// customop op with a shape function has one): its results must equal the functional op's
+  /// with the out buffers pre-filled with NaN and, again, with a large finite value (a kernel
+  /// that reads its out buffer gives different answers), in a non-contiguous buffer, and in
+  /// an empty one (resized as torch's out= convention says); a buffer of the wrong size must
+  /// be resized or refused with an error, never left wrong. The out schema must obey the
+  /// out= rules (customop::check_out_schema). Its cost: one functional and 5 out= calls.
+  bool check_out_variant = true;
   /// Also run the op with each differentiable input, and give the VJP each grad_output, in
   /// non-contiguous layouts (a strided view of a larger buffer; the last two dims transposed
   /// where 2-D or more), and require the outputs and grads of the given layout to rounding:

@@ -36,6 +36,9 @@ enum class Check : std::uint8_t {
                   ///< the low-precision rule allows (LowPrecisionReport)
   kMutation,      ///< an argument the schema does not declare written (Tensor(a!)) changed, a
                   ///< written one changed outside its view, or an output aliases an argument
+  kOutVariant,    ///< the out= overload's results differ from the functional op's (poisoned,
+                  ///< non-contiguous, empty or wrong-size buffers), or its schema breaks the
+                  ///< out= rules
 };
 
 /// Names a check, as JSON spells it.
