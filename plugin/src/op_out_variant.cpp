@@ -1,6 +1,6 @@
 // The out= overload every op with a shape function gets: `ns::name.out(<the op's arguments>,
 // *, Tensor(a!) out) -> Tensor(a!)` (one out argument per return, named after the returns when
-// they have names), tagged at::Tag::out so that Inductor can lower the functional op to it.
+// they have names). It is not tagged at::Tag::out (see define_out_overload).
 //
 // One kernel serves both: the functional op allocates its outputs from the shape function and
 // calls the out kernel on them; the out= overload checks the caller's buffers (dtype, device,
@@ -137,7 +137,12 @@ void OpCore::define_out_overload(const std::source_location& loc) {
                    out_schema);  // NB: our own construction obeys the rules we ask of others
   auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns_, std::nullopt,
                                               loc.file_name(), loc.line());
-  lib->def(std::move(out_schema), {at::Tag::out});
+  // NB: not tagged at::Tag::out. With the tag, torch 2.15's Inductor lowers the functional op
+  // to this overload (ExternKernelOut), and its AOTInductor C++ wrapper then calls a C shim
+  // named aoti_torch_cpu_<op>, which exists for ATen ops only: every AOTI package of a model
+  // using the op failed to compile (tests/python/test_pt2.py, 2026-12-05). Untagged, compiled
+  // code calls the functional op, and the overload serves eager callers and the harness.
+  lib->def(std::move(out_schema));
   const std::string overload = name_.substr(name_.find("::") + 2) + ".out";
   const std::pair<c10::DispatchKey, int> keys[] = {
       {c10::DispatchKey::CPU, kOutCpu},

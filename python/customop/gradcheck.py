@@ -143,7 +143,7 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
       tolerances). Values: tensors, lists of tensors, None, bool, int, finite float, str.
     - options: GradcheckOptions fields, e.g. mode="fast", eps=1e-6, atol=1e-5, rtol=1e-3,
       seed=0, check_second_order=True, check_fake_kernel=False, check_mutation=False,
-      input_subsets="singles",
+      check_out_variant=False, input_subsets="singles",
       label="my case"; and
       - check_shape_lock=False: skip the shape-lock check (on by default; Python only). It
         runs the op's fake kernel once with every input dim of size >= 2 symbolic and fails

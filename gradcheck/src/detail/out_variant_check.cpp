@@ -1,7 +1,8 @@
-// The out= check (GradcheckOptions::check_out_variant): an op's `.out` overload (Tag.out) must
+// The out= check (GradcheckOptions::check_out_variant): an op's `.out` overload must
 // give the functional op's results whatever its out buffers held before and however they are
-// laid out. Inductor replaces a functional op by its out= overload when one exists, so a
-// disagreement is a compiled model that differs from the eager one, with nothing to notice it.
+// laid out. Inductor replaces a functional op by its out= overload when one is tagged Tag.out,
+// so a disagreement is a compiled model that differs from the eager one, with nothing to
+// notice it; an untagged one is called by eager code that expects the functional answer.
 //
 // The buffers are filled with NaN and then with a large finite value before the call ("poison"):
 // a kernel that reads its out buffer (accumulates into it, or skips elements it assumes are
@@ -36,9 +37,9 @@ std::optional<c10::OperatorHandle> out_overload_of(const c10::OperatorHandle& op
   if (schema.is_mutable() || !schema.overload_name().empty() || schema.returns().empty()) {
     return std::nullopt;
   }
-  auto out = c10::Dispatcher::singleton().findSchema({schema.name(), "out"});
-  if (!out || !out->hasTag(at::Tag::out)) return std::nullopt;
-  return out;
+  // NB: tagged Tag.out or not: customop's own .out overloads are untagged (op_out_variant.cpp),
+  // and an eager caller of an untagged one is owed the same answer.
+  return c10::Dispatcher::singleton().findSchema({schema.name(), "out"});
 }
 
 torch::jit::Stack out_check_clone_args(const torch::jit::Stack& args) {
@@ -71,7 +72,7 @@ const char* describe_buffer(Buffer b) {
   return "?";
 }
 
-at::Tensor poisoned(at::Tensor t, double value) {
+at::Tensor poisoned(const at::Tensor& t, double value) {
   if (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())) {
     return t.fill_(value);
   }
@@ -148,7 +149,7 @@ void check_out_variant(const c10::OperatorHandle& op, const torch::jit::Stack& a
                        GradcheckResult& result) {
   const auto out = out_overload_of(op);
   if (!out) {
-    result.notes.emplace_back("out variant: not checked (no .out overload tagged Tag.out)");
+    result.notes.emplace_back("out variant: not checked (no .out overload)");
     return;
   }
   const std::string name = op.schema().name() + ".out";
@@ -199,22 +200,26 @@ void check_out_variant(const c10::OperatorHandle& op, const torch::jit::Stack& a
       const std::string arg = out_args[first_out + k].name();
       if (call.size() != want.size() || !call[k].isTensor() ||
           !call[k].toTensor().is_same(buffers[k])) {
-        add_failure(
-            result, Check::kOutVariant, false, static_cast<int>(k), -1,
-            name + " did not return its out argument '" + arg + "' (" + describe_buffer(b) + ")");
+        std::string headline = name;
+        headline += " did not return its out argument '" + arg + "' (";
+        headline += describe_buffer(b);
+        headline += ")";
+        add_failure(result, Check::kOutVariant, false, static_cast<int>(k), -1, headline);
         return;
       }
       const std::string diff = out_first_difference(buffers[k], want[k]);
       if (!diff.empty()) {
-        add_failure(result, Check::kOutVariant, false, static_cast<int>(k), -1,
-                    name + " disagrees with the functional op in out argument '" + arg + "' with " +
-                        describe_buffer(b),
-                    "  " + diff +
-                        ". Inductor calls the out= overload in place of the functional op: a "
-                        "compiled model would differ from the eager one" +
-                        (b == Buffer::kNaN || b == Buffer::kLarge
-                             ? "; a kernel that reads its out buffer does this"
-                             : ""));
+        std::string headline = name;
+        headline += " disagrees with the functional op in out argument '" + arg + "' with ";
+        headline += describe_buffer(b);
+        std::string detail = "  " + diff;
+        detail +=
+            ". Inductor calls a Tag.out overload in place of the functional op, and eager "
+            "callers expect the functional answer";
+        if (b == Buffer::kNaN || b == Buffer::kLarge) {
+          detail += "; a kernel that reads its out buffer does this";
+        }
+        add_failure(result, Check::kOutVariant, false, static_cast<int>(k), -1, headline, detail);
         return;
       }
     }

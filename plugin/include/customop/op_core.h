@@ -48,8 +48,8 @@ struct Sample {
   torch::jit::Stack args;  ///< one IValue per schema argument
 };
 
-/// The rules of an out= overload (at::Tag::out), checked in C++ (torch checks them in Python
-/// only): `out` takes `functional`'s arguments (same names and types, in order) followed by
+/// The rules of an out= overload (what at::Tag::out asks), checked in C++ (torch checks them in
+/// Python only): `out` takes `functional`'s arguments (same names and types, in order) followed by
 /// keyword-only Tensor arguments, each written (`Tensor(a!)`) in its own alias set, one per
 /// return of `functional`; it returns exactly those tensors, in order, each annotated with its
 /// argument's alias set; no other argument is written.
@@ -171,9 +171,10 @@ class OpCore {
   /// True when the op declared a shape function (Op::shape): its fake kernel and the outputs
   /// of its out kernels come from it.
   bool has_shape() const { return shape_loc_.has_value(); }
-  /// The op's out= overload (`ns::name.out(..., *, Tensor(a!) out) -> Tensor(a!)`, tagged
-  /// at::Tag::out), or nullptr: customop defines it for every op with a shape function that
-  /// writes no argument, when the shape function is declared (op_out_variant.cpp).
+  /// The op's out= overload (`ns::name.out(..., *, Tensor(a!) out) -> Tensor(a!)`; not tagged
+  /// at::Tag::out, which breaks AOTInductor packages on torch 2.15), or nullptr: customop
+  /// defines it for every op with a shape function that writes no argument, when the shape
+  /// function is declared (op_out_variant.cpp).
   const c10::OperatorHandle* out_handle() const { return out_handle_ ? &*out_handle_ : nullptr; }
   /// True when both save_for_backward and backward are registered.
   bool has_autograd() const {

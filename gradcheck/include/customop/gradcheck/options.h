@@ -241,8 +241,8 @@ struct GradcheckOptions {
   /// An op that declares writes gets this audit instead of the gradient checks (customop
   /// refuses written tensors that require grad); the report's notes say so.
   bool check_mutation = true;
-  /// Out= overload check, for any dispatcher op with an overload `.out` tagged Tag.out (every
-  /// customop op with a shape function has one): its results must equal the functional op's
+  /// Out= overload check, for any dispatcher op with an overload `.out` (every customop op
+  /// with a shape function has one): its results must equal the functional op's
   /// with the out buffers pre-filled with NaN and, again, with a large finite value (a kernel
   /// that reads its out buffer gives different answers), in a non-contiguous buffer, and in
   /// an empty one (resized as torch's out= convention says); a buffer of the wrong size must
