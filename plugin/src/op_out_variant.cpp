@@ -1,5 +1,5 @@
 // The out= overload every op with a shape function gets: `ns::name.out(<the op's arguments>,
-// *, Tensor(a!) out) -> Tensor(a!)` (one out argument per return, named after the returns when
+// *, Tensor(a!) out) -> ()` (one out argument per return, named after the returns when
 // they have names). It is not tagged at::Tag::out (see define_out_overload).
 //
 // One kernel serves both: the functional op allocates its outputs from the shape function and
@@ -15,6 +15,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
@@ -70,8 +71,8 @@ void check_out_schema(const c10::FunctionSchema& functional, const c10::Function
   }
   std::set<c10::Symbol> sets;
   const auto& rets = out.returns();
-  TORCH_CHECK_VALUE(rets.size() == n_out, name, ": returns ", rets.size(),
-                    " values; an out= overload returns its ", n_out, " out tensor(s)");
+  TORCH_CHECK_VALUE(rets.empty() || rets.size() == n_out, name, ": returns ", rets.size(),
+                    " values; an out= overload returns nothing or its ", n_out, " out tensor(s)");
   for (size_t k = 0; k < n_out; ++k) {
     const auto& a = oa[fa.size() + k];
     const auto* alias = a.alias_info();
@@ -85,6 +86,7 @@ void check_out_schema(const c10::FunctionSchema& functional, const c10::Function
     const c10::Symbol set = *alias->beforeSets().begin();
     TORCH_CHECK_VALUE(sets.insert(set).second, name, ": out argument '", a.name(),
                       "' shares its alias set with another out argument");
+    if (rets.empty()) continue;
     const auto* ralias = rets[k].alias_info();
     TORCH_CHECK_VALUE(ralias != nullptr && ralias->isWrite() && ralias->beforeSets().size() == 1 &&
                           *ralias->beforeSets().begin() == set,
@@ -127,11 +129,10 @@ void OpCore::define_out_overload(const std::source_location& loc) {
   for (size_t k = 0; k < rets.size(); ++k) {
     text << (k ? ", " : "") << "Tensor(" << alias_letter(k) << "!) " << out_names_[k];
   }
-  text << ") -> " << (rets.size() > 1 ? "(" : "");
-  for (size_t k = 0; k < rets.size(); ++k) {
-    text << (k ? ", " : "") << "Tensor(" << alias_letter(k) << "!)";
-  }
-  text << (rets.size() > 1 ? ")" : "");
+  // NB: it returns nothing, which torch's rules for out variants allow: torch.compile
+  // (Dynamo, AOTAutograd) refuses a custom op whose returns carry alias annotations, and
+  // `-> ()` ops compile as ops that write their arguments.
+  text << ") -> ()";
   c10::FunctionSchema out_schema = torch::schema(text.str().c_str());
   check_out_schema(schema_,
                    out_schema);  // NB: our own construction obeys the rules we ask of others
@@ -245,22 +246,71 @@ void OpCore::out_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeyS
       name_, args_,
       torch::jit::Stack(stack->end() - static_cast<std::ptrdiff_t>(n),
                         stack->end() - static_cast<std::ptrdiff_t>(n_out)));
-  // An out buffer that shares memory with an input would be read after it was written.
+  // Every input tensor (list elements too), named, for the checks below.
+  std::vector<std::pair<at::Tensor, std::string>> inputs;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (arg(i).isTensor() && arg(i).toTensor().defined()) {
+      inputs.emplace_back(arg(i).toTensor(), "argument '" + args_[i].name + "'");
+    } else if (arg(i).isTensorList()) {
+      const auto list = arg(i).toTensorVector();
+      for (size_t e = 0; e < list.size(); ++e) {
+        inputs.emplace_back(list[e],
+                            "argument '" + args_[i].name + "' element " + std::to_string(e));
+      }
+    }
+  }
+  std::vector<at::Tensor> outs;
   for (size_t k = 0; k < n_out; ++k) {
     const auto& v = arg(args_.size() + k);
     TORCH_CHECK_VALUE(v.isTensor() && v.toTensor().defined(), name_, ".out: out argument '",
                       out_names_[k], "' is None; pass a tensor");
-    const at::Tensor& o = v.toTensor();
-    if (device == c10::DeviceType::Meta) continue;
-    for (size_t i = 0; i < n; ++i) {
-      if (i == args_.size() + k || !arg(i).isTensor() || !arg(i).toTensor().defined()) continue;
-      const auto status = at::get_overlap_status(o, arg(i).toTensor());
-      TORCH_CHECK(status == at::MemOverlapStatus::No || status == at::MemOverlapStatus::TooHard,
-                  name_, ".out: out argument '", out_names_[k], "' shares memory with argument '",
-                  arg_name(i), "'; pass a separate buffer");
+    outs.push_back(v.toTensor());
+  }
+  // Every out on the inputs' device: the dispatcher picks one kernel for the call, so an out
+  // on another device (meta among CPU tensors) would get the wrong kernel and no values.
+  const c10::Device where = inputs.empty() ? outs[0].device() : inputs[0].first.device();
+  for (size_t k = 0; k < n_out; ++k) {
+    const at::Tensor& o = outs[k];
+    TORCH_CHECK(
+        o.device() == where, name_, ".out: out argument '", out_names_[k], "' is on ", o.device(),
+        ", expected ", where, " (the device of ",
+        inputs.empty() ? std::string("out argument '" + out_names_[0] + "'") : inputs[0].second,
+        ")");
+    TORCH_CHECK(!o.is_inference() || c10::InferenceMode::is_enabled(), name_,
+                ".out: out argument '", out_names_[k],
+                "' is an inference tensor (made under torch.inference_mode) and this call is "
+                "outside InferenceMode, where inference tensors cannot be written; clone it "
+                "outside InferenceMode first");
+    TORCH_CHECK(
+        device == c10::DeviceType::Meta || at::has_internal_overlap(o) != at::MemOverlap::Yes,
+        name_, ".out: out argument '", out_names_[k],
+        "' has several elements in one memory location (sizes ", o.sizes(), ", strides ",
+        o.strides(), ": expanded or stride 0); pass a buffer with its own memory");
+    // A buffer that shares memory with an input would be read after it was written (and a
+    // resize could move it over the input). Meta tensors have no addresses: the same storage
+    // is what counts there; elsewhere torch's exact answer, and the same storage when torch
+    // cannot tell (a non-dense or expanded tensor).
+    auto shares = [&](const at::Tensor& other) {
+      const bool same_storage =
+          o.has_storage() && other.has_storage() && o.storage().is_alias_of(other.storage());
+      if (device == c10::DeviceType::Meta) return same_storage;
+      const auto status = at::get_overlap_status(o, other);
+      return status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
+             (status == at::MemOverlapStatus::TooHard && same_storage);
+    };
+    for (const auto& [t, what] : inputs) {
+      TORCH_CHECK(!shares(t), name_, ".out: out argument '", out_names_[k], "' shares memory with ",
+                  what, "; pass a separate buffer");
+    }
+    for (size_t j = 0; j < k; ++j) {
+      TORCH_CHECK(!shares(outs[j]), name_, ".out: out arguments '", out_names_[j], "' and '",
+                  out_names_[k], "' share memory; pass separate buffers");
     }
   }
   out_device_kernel(device, stack);
+  // NB: the schema returns nothing (see define_out_overload); the typed kernel leaves the out
+  // tensors on the stack.
+  stack->erase(stack->end() - static_cast<std::ptrdiff_t>(n_out), stack->end());
 }
 
 void OpCore::out_device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const {

@@ -174,7 +174,10 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
     if "reference" in options and not isinstance(options["reference"], str):
         options["reference"] = _op_name(options["reference"])
     sharding = bool(options.pop("sharding", False))
-    shape_lock = bool(options.pop("check_shape_lock", True))
+    shape_lock = options.pop("check_shape_lock", True)
+    if not isinstance(shape_lock, bool):
+        raise ValueError(f"customop.gradcheck.check({name}): option 'check_shape_lock' must be a "
+                         f"bool, got {shape_lock!r}")
     reports, bound = [], []
     for i, sample in enumerate(samples):
         opts = dict(options)

@@ -9,6 +9,7 @@
 #include <customop/customop.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/library.h>
@@ -80,16 +81,14 @@ TEST(OutVariant, SchemaAndTag) {
   ASSERT_NE(op.out_handle(), nullptr);
   std::ostringstream os;
   os << op.out_handle()->schema();
-  EXPECT_EQ(os.str(),
-            "core_out::scale.out(Tensor x, float alpha=2., *, Tensor(a!) out) -> Tensor(a!)");
+  EXPECT_EQ(os.str(), "core_out::scale.out(Tensor x, float alpha=2., *, Tensor(a!) out) -> ()");
   // Untagged: Tag.out makes torch 2.15's AOTInductor emit a C shim call that does not exist.
   EXPECT_FALSE(op.out_handle()->hasTag(at::Tag::out));
   split_op();
   std::ostringstream two;
   two << out_of("core_out::split_sign").schema();
   EXPECT_EQ(two.str(),
-            "core_out::split_sign.out(Tensor x, *, Tensor(a!) pos, Tensor(b!) neg) -> "
-            "(Tensor(a!), Tensor(b!))");
+            "core_out::split_sign.out(Tensor x, *, Tensor(a!) pos, Tensor(b!) neg) -> ()");
 }
 
 TEST(OutVariant, SameKernelSameResultAndWritesTheBufferDirectly) {
@@ -97,9 +96,8 @@ TEST(OutVariant, SameKernelSameResultAndWritesTheBufferDirectly) {
   const at::Tensor out = at::empty({3, 4}, at::kDouble);
   const void* data = out.data_ptr();
   const int before = scale_kernel_calls;
-  const at::Tensor r = call_out(x, 1.5, out);
+  call_out(x, 1.5, out);
   EXPECT_EQ(scale_kernel_calls, before + 1);
-  EXPECT_TRUE(r.is_same(out));
   EXPECT_EQ(out.data_ptr(), data);  // written in place, no copy
   EXPECT_TRUE(at::equal(out, scale_op()(ScaleArgs{x, 1.5})));
 }
@@ -154,6 +152,35 @@ TEST(OutVariant, BufferSharingMemoryWithAnInputIsRefused) {
   EXPECT_TRUE(at::equal(x, copy));
 }
 
+TEST(OutVariant, BufferOnAnotherDeviceOrStride0OrInferenceIsRefusedUnchanged) {
+  const at::Tensor x = at::randn({3}, at::kDouble);
+  const at::Tensor meta = at::empty({3}, at::TensorOptions().dtype(at::kDouble).device(at::kMeta));
+  EXPECT_THAT(error_message([&] { call_out(x, 2.0, meta); }),
+              AllOf(HasSubstr("core_out::scale.out: out argument 'out' is on meta"),
+                    HasSubstr("expected cpu")));
+  const at::Tensor base = at::full({1}, 7.0, at::kDouble);
+  EXPECT_THAT(error_message([&] { call_out(x, 2.0, base.expand({3})); }),
+              HasSubstr("out argument 'out' has several elements in one memory location"));
+  EXPECT_EQ(base.item<double>(), 7.0);
+  at::Tensor inference;
+  {
+    const c10::InferenceMode guard;
+    inference = at::zeros({3}, at::kDouble);
+  }
+  EXPECT_THAT(error_message([&] { call_out(x, 2.0, inference); }),
+              HasSubstr("out argument 'out' is an inference tensor"));
+  EXPECT_TRUE(at::equal(inference, at::zeros({3}, at::kDouble)));
+}
+
+TEST(OutVariant, BufferOverlappingAStridedOrListInputIsRefused) {
+  const at::Tensor xb = at::randn({4, 8}, at::kDouble);
+  const at::Tensor copy = xb.clone();
+  // A non-dense input (torch cannot tell exactly): the same storage is refused.
+  EXPECT_THAT(error_message([&] { call_out(xb.narrow(1, 0, 4), 2.0, xb); }),
+              HasSubstr("out argument 'out' shares memory with argument 'x'"));
+  EXPECT_TRUE(at::equal(xb, copy));
+}
+
 TEST(OutVariant, RefusesGradUnderGradModeAllowsItUnderNoGrad) {
   const at::Tensor x = at::randn({3}, at::kDouble).requires_grad_();
   const at::Tensor out = at::zeros({3}, at::kDouble);
@@ -193,6 +220,8 @@ TEST(OutVariant, CheckOutSchemaRefusesBrokenOverloads) {
               HasSubstr("out argument 'out' must be keyword-only"));
   EXPECT_THAT(check("ns::f.out(Tensor x, *, Tensor out) -> Tensor"),
               HasSubstr("must be written in its own alias set"));
+  EXPECT_NO_THROW(customop::check_out_schema(
+      functional, torch::schema("ns::f.out(Tensor x, *, Tensor(a!) out) -> ()")));
   EXPECT_THAT(check("ns::f.out(Tensor x, *, Tensor(a!) out) -> Tensor"),
               HasSubstr("return 0 must be out argument 'out' itself"));
   EXPECT_THAT(check("ns::f.out(Tensor y, *, Tensor(a!) out) -> Tensor(a!)"),

@@ -154,3 +154,37 @@ def test_gradcheck_catches_an_undeclared_write_in_a_torch_library_op():
     assert mutation and "undeclared write: argument 'x'" in mutation[0]["headline"], report
     assert "element [0]: 0.5 -> 1" in mutation[0]["detail"]
     torch.testing.assert_close(x.detach(), torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
+
+
+# ---- out= overloads (every op with a shape function has one) --------------------------------
+
+def test_out_overload_compiles_and_matches_the_functional_op():
+    x = torch.randn(4, 8)
+    w = torch.randn(8)
+
+    def f(x, w, out):
+        torch.ops.customop.rms_norm.out(x, w, 1e-6, out=out)
+        return out * 2
+
+    out = torch.empty(4, 8)
+    got = torch.compile(f, fullgraph=True, dynamic=True)(x, w, out)
+    want = torch.ops.customop.rms_norm.default(x, w, 1e-6)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(got, want * 2)
+
+
+def test_out_overload_refuses_a_buffer_overlapping_a_list_input_and_leaves_it():
+    a, b, c = (torch.randn(4, 8) for _ in range(3))
+    before = c.clone()
+    with pytest.raises(RuntimeError, match="out argument 'out' shares memory with argument "
+                                           "'inputs' element 2"):
+        torch.ops.customop.weighted_sum.out([a, b, c], [1.0, 2.0, 3.0], out=c)
+    assert torch.equal(c, before)
+
+
+def test_out_overload_refuses_a_buffer_on_another_device():
+    x, w = torch.randn(4, 8), torch.randn(8)
+    meta = torch.empty(4, 8, device="meta")
+    with pytest.raises(RuntimeError, match="customop::rms_norm.out: out argument 'out' is on "
+                                           "meta, expected cpu"):
+        torch.ops.customop.rms_norm.out(x, w, 1e-6, out=meta)

@@ -51,8 +51,8 @@ struct Sample {
 /// The rules of an out= overload (what at::Tag::out asks), checked in C++ (torch checks them in
 /// Python only): `out` takes `functional`'s arguments (same names and types, in order) followed by
 /// keyword-only Tensor arguments, each written (`Tensor(a!)`) in its own alias set, one per
-/// return of `functional`; it returns exactly those tensors, in order, each annotated with its
-/// argument's alias set; no other argument is written.
+/// return of `functional`; it returns nothing, or exactly those tensors, in order, each
+/// annotated with its argument's alias set; no other argument is written.
 /// \throws c10::ValueError naming `out` and the first rule it breaks.
 void check_out_schema(const c10::FunctionSchema& functional, const c10::FunctionSchema& out);
 
@@ -171,7 +171,7 @@ class OpCore {
   /// True when the op declared a shape function (Op::shape): its fake kernel and the outputs
   /// of its out kernels come from it.
   bool has_shape() const { return shape_loc_.has_value(); }
-  /// The op's out= overload (`ns::name.out(..., *, Tensor(a!) out) -> Tensor(a!)`; not tagged
+  /// The op's out= overload (`ns::name.out(..., *, Tensor(a!) out) -> ()`; not tagged
   /// at::Tag::out, which breaks AOTInductor packages on torch 2.15), or nullptr: customop
   /// defines it for every op with a shape function that writes no argument, when the shape
   /// function is declared (op_out_variant.cpp).
