@@ -4,6 +4,7 @@
 #include "detail/op_checks.h"
 
 #include "detail/shape_sweep.h"
+#include "detail/stack_tensors.h"
 #include <customop/op_core.h>
 
 #include <ATen/ops/empty_strided.h>
@@ -21,31 +22,6 @@ namespace {
 at::Tensor meta_like(const at::Tensor& t) {
   if (!t.defined()) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
-// A copy of `args` with every tensor passed through `f`.
-template <class F>
-torch::jit::Stack map_tensors(const torch::jit::Stack& args, F f) {
-  torch::jit::Stack out;
-  out.reserve(args.size());
-  for (const auto& v : args) {
-    if (v.isTensor()) {
-      out.emplace_back(f(v.toTensor()));
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : v.toTensorList()) list.push_back(f(t));
-      out.emplace_back(std::move(list));
-    } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
-      c10::List<std::optional<at::Tensor>> list;
-      for (const auto& e : v.toListRef()) {
-        list.push_back(e.isNone() ? std::nullopt : std::optional<at::Tensor>(f(e.toTensor())));
-      }
-      out.emplace_back(std::move(list));
-    } else {
-      out.push_back(v);
-    }
-  }
-  return out;
 }
 
 // The output tensors of one return (one for Tensor, n for Tensor[]); empty otherwise.
@@ -96,8 +72,8 @@ FakeOutcome compare_fake_and_real(const c10::OperatorHandle& op, const torch::ji
                                   const std::string& on, GradcheckResult& result) {
   const c10::AutoGradMode no_grad(false);
   // Copies: an op may write its arguments (declared or not); the caller's stay as they are.
-  torch::jit::Stack real =
-      map_tensors(args, [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
+  torch::jit::Stack real = map_stack_tensors(
+      args, [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
   try {
     op.callBoxed(real);
   } catch (const std::exception&) {
@@ -105,7 +81,7 @@ FakeOutcome compare_fake_and_real(const c10::OperatorHandle& op, const torch::ji
     return FakeOutcome::kRealRaised;  // the real kernel's error is the other checks' to report
   }
   const std::size_t failures_before = result.failures.size();
-  torch::jit::Stack fake = map_tensors(args, meta_like);
+  torch::jit::Stack fake = map_stack_tensors(args, meta_like);
   try {
     op.callBoxed(fake);
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 
 #include "detail/checker.h"
 #include "detail/op_checks.h"
+#include "detail/stack_tensors.h"
 
 #include <customop/op_core.h>
 
@@ -43,19 +44,7 @@ std::optional<c10::OperatorHandle> out_overload_of(const c10::OperatorHandle& op
 }
 
 torch::jit::Stack out_check_clone_args(const torch::jit::Stack& args) {
-  torch::jit::Stack out;
-  for (const auto& v : args) {
-    if (v.isTensor() && v.toTensor().defined()) {
-      out.emplace_back(v.toTensor().detach().clone());
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : v.toTensorList()) list.push_back(t.detach().clone());
-      out.emplace_back(std::move(list));
-    } else {
-      out.push_back(v);
-    }
-  }
-  return out;
+  return map_stack_tensors(args, [](const at::Tensor& t) { return t.detach().clone(); });
 }
 
 // How an out buffer is made for one trial, from the functional result `r`.

@@ -4,6 +4,8 @@
 
 #include "detail/shape_sweep.h"
 
+#include "detail/stack_tensors.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -45,24 +47,6 @@ at::Tensor fresh_like(const at::Tensor& t, const std::vector<int64_t>& sizes, in
   return t.requires_grad() ? out.detach().requires_grad_(true) : out;
 }
 
-// `args` with every tensor (and list element) replaced by f(t).
-template <class F>
-torch::jit::Stack sweep_map(const torch::jit::Stack& args, F f) {
-  torch::jit::Stack out;
-  for (const auto& v : args) {
-    if (v.isTensor() && v.toTensor().defined()) {
-      out.emplace_back(f(v.toTensor()));
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : v.toTensorList()) list.push_back(f(t));
-      out.emplace_back(std::move(list));
-    } else {
-      out.push_back(v);
-    }
-  }
-  return out;
-}
-
 template <class F>
 void sweep_for_each(const torch::jit::Stack& args, F f) {
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -101,7 +85,7 @@ std::vector<ShapeVariant> shape_variants(const torch::jit::Stack& args,
     for (const int64_t m : targets) {
       add("every dim of size " + std::to_string(n) + " (first: " + where + ") set to " +
               std::to_string(m),
-          sweep_map(args, [&](const at::Tensor& t) {
+          map_stack_tensors(args, [&](const at::Tensor& t) {
             std::vector<int64_t> s = t.sizes().vec();
             for (auto& d : s) d = d == n ? m : d;
             return fresh_like(t, s, 0, false);
@@ -109,8 +93,9 @@ std::vector<ShapeVariant> shape_variants(const torch::jit::Stack& args,
     }
   }
   add("every tensor of 2 or more dims with its last two dims transposed in memory",
-      sweep_map(args, [](const at::Tensor& t) { return fresh_like(t, t.sizes().vec(), 0, true); }));
-  add("every tensor at storage offset 1", sweep_map(args, [](const at::Tensor& t) {
+      map_stack_tensors(
+          args, [](const at::Tensor& t) { return fresh_like(t, t.sizes().vec(), 0, true); }));
+  add("every tensor at storage offset 1", map_stack_tensors(args, [](const at::Tensor& t) {
         return fresh_like(t, t.sizes().vec(), 1, false);
       }));
   return out;
