@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   bool no_layout_variants = false;
   bool no_mutation_audit = false;
   bool no_out_variant = false;
+  bool no_inplace_variant = false;
   std::string input_subsets = "singles-and-complements";
   std::string low_precision = "auto";
   std::string json_path, heatmap_dir, samples_path, dump_samples_path;
@@ -176,6 +177,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-out-variant-check", no_out_variant,
                "Skip the out= check (the .out overload against the functional op, with "
                "poisoned, non-contiguous, empty and wrong-size out buffers)");
+  app.add_flag("--no-inplace-variant-check", no_inplace_variant,
+               "Skip the in-place variant check (ns::name_ against the functional op: the "
+               "result written into the first argument, returned, version bumped)");
   app.add_option("--input-subsets", input_subsets,
                  "Also run each backward with only some inputs requiring grad: none, singles "
                  "(each input alone) or singles-and-complements (also every input but one; "
@@ -257,6 +261,7 @@ int main(int argc, char** argv) {
   run.check.check_layout_variants = !no_layout_variants;
   run.check.check_mutation = !no_mutation_audit;
   run.check.check_out_variant = !no_out_variant;
+  run.check.check_inplace_variant = !no_inplace_variant;
   run.check.input_subsets = input_subsets == "none"      ? gc::InputSubsets::kNone
                             : input_subsets == "singles" ? gc::InputSubsets::kEachAlone
                                                          : gc::InputSubsets::kEachAloneAndAllButOne;

@@ -53,6 +53,7 @@ std::string_view check_name(Check check) {
     case Check::kLowPrecision: return "low_precision";
     case Check::kMutation: return "mutation";
     case Check::kOutVariant: return "out_variant";
+    case Check::kInplaceVariant: return "inplace_variant";
   }
   return "?";
 }

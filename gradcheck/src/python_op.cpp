@@ -93,6 +93,7 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
     {"check_fake_kernel", &GradcheckOptions::check_fake_kernel},
     {"check_mutation", &GradcheckOptions::check_mutation},
     {"check_out_variant", &GradcheckOptions::check_out_variant},
+    {"check_inplace_variant", &GradcheckOptions::check_inplace_variant},
     {"check_layout_variants", &GradcheckOptions::check_layout_variants},
 };
 

@@ -241,7 +241,10 @@ std::string format_summary(const RunSummary& summary) {
     row.forward += c.result.counts.forward_calls;
     row.vjp += c.result.counts.vjp_calls;
     if (c.status == CaseStatus::kPassed || c.status == CaseStatus::kFailed) {
-      const std::string rule = c.result.precision_rule.empty()
+      // An op that writes its arguments gets the op checks only (no forward or VJP counted).
+      const bool op_checks_only = c.result.inputs.empty() && c.result.counts.forward_calls == 0;
+      const std::string rule = op_checks_only ? "op checks only (no gradient)"
+                               : c.result.precision_rule.empty()
                                    ? "finite differences"
                                    : "low precision, " + c.result.precision_rule;
       if (row.rule.empty()) {

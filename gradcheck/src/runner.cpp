@@ -278,7 +278,10 @@ RunSummary run_registered_ops(const RunOptions& options) {
         skip("all", std::string("no ") + device_str(device) + " kernel");
         continue;
       }
-      if (!op.has_autograd()) {
+      // An op that writes its arguments has no backward (customop refuses a written tensor
+      // that requires grad): its samples get the op checks (mutation audit, fake kernel), and
+      // the report says no gradient was checked.
+      if (!op.has_autograd() && !op.mutates()) {
         skip("all", "no backward formula");
         continue;
       }
@@ -306,13 +309,15 @@ RunSummary run_registered_ops(const RunOptions& options) {
           continue;
         }
         for (auto mode : options.modes) {
+          if (op.mutates() && mode != options.modes.front()) continue;  // no mode to vary
           for (const auto& s : samples) {
             CaseResult base;
             base.op = op.name();
             base.device = device_str(device);
             base.dtype = detail::dtype_name(dtype);
             base.label = s.label;
-            jobs.push_back(op_job(op, options, mode, std::move(base), with_requires_grad(s.args)));
+            jobs.push_back(op_job(op, options, mode, std::move(base),
+                                  op.mutates() ? s.args : with_requires_grad(s.args)));
           }
         }
       }

@@ -1,8 +1,13 @@
-// customop::fused_add_rms_norm_: schema, checks, fake kernel, registration. An op that writes
-// its arguments (customop::MutableTensor) and returns nothing.
+// customop::fused_add_rms_norm_: schema, shape function (its checks), samples, registration.
+// An op that writes its arguments (customop::MutableTensor) and returns nothing.
 
 #include "detail/fused_add_rms_norm.h"
 #include "detail/checks.h"
+#include "detail/samples.h"
+
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace customop::ops {
 
@@ -30,6 +35,29 @@ void check_fused_add_rms_norm(const FusedAddRmsNormArgs& a) {
 
 }  // namespace detail
 
+namespace {
+
+// No input is differentiable here (a written argument that requires grad is refused), so the
+// harness runs its op checks (mutation audit, fake kernel over the shape sweep) and says that
+// no gradient is checked.
+std::vector<std::pair<std::string, FusedAddRmsNormArgs>> fused_add_rms_norm_samples(
+    c10::Device dev, c10::ScalarType dt) {
+  using detail::sample_randn;
+  return {
+      {"contiguous [4, 8]",
+       {sample_randn({4, 8}, 1, dev, dt), sample_randn({4, 8}, 2, dev, dt),
+        sample_randn({8}, 3, dev, dt), 1e-6}},
+      {"transposed input and residual [5, 6]",
+       {sample_randn({6, 5}, 4, dev, dt).t(), sample_randn({6, 5}, 5, dev, dt).t(),
+        sample_randn({6}, 6, dev, dt), 1e-5}},
+      {"3-d [2, 3, 7]",
+       {sample_randn({2, 3, 7}, 7, dev, dt), sample_randn({2, 3, 7}, 8, dev, dt),
+        sample_randn({7}, 9, dev, dt), 1e-3}},
+  };
+}
+
+}  // namespace
+
 Op<FusedAddRmsNormArgs, void>& fused_add_rms_norm_op() {
   static Op<FusedAddRmsNormArgs, void>& op = []() -> Op<FusedAddRmsNormArgs, void>& {
     auto& o = define<FusedAddRmsNormArgs, void>(
@@ -39,8 +67,10 @@ Op<FusedAddRmsNormArgs, void>& fused_add_rms_norm_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::fused_add_rms_norm_cuda);
 #endif
-    // Nothing to allocate: the fake kernel runs the checks, so torch.compile reports bad input.
-    o.impl_fake(&detail::check_fused_add_rms_norm);
+    // The shape function of an op that returns nothing: its checks, run by the fake kernel
+    // (torch.compile reports bad input) and before every device's kernel.
+    o.shape(&detail::check_fused_add_rms_norm);
+    o.samples(&fused_add_rms_norm_samples);
     return o;
   }();
   return op;

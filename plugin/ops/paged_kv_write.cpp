@@ -1,8 +1,15 @@
-// customop::paged_kv_write: schema, checks, fake kernel, registration. An op that writes two
-// of its arguments (the caches) and returns nothing.
+// customop::paged_kv_write: schema, shape function (its checks), samples, registration. An op
+// that writes two of its arguments (the caches) and returns nothing.
 
 #include "detail/paged_kv_write.h"
 #include "detail/checks.h"
+#include "detail/samples.h"
+
+#include <ATen/ops/tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace customop::ops {
 
@@ -49,6 +56,31 @@ void check_paged_kv_write(const PagedKvWriteArgs& a) {
 
 }  // namespace detail
 
+namespace {
+
+// Caches of 3 blocks x 4 slots, 2 heads x 5; the slots skip one token (-1) and leave most of
+// the cache unwritten, so the mutation audit sees a write confined to the named slots.
+std::vector<std::pair<std::string, PagedKvWriteArgs>> paged_kv_write_samples(c10::Device dev,
+                                                                             c10::ScalarType dt) {
+  using detail::sample_randn;
+  const auto slots = [&](std::vector<int64_t> s) {
+    return at::tensor(s, at::TensorOptions().dtype(at::kLong)).to(dev);
+  };
+  return {
+      {"4 tokens into [3, 4, 2, 5] caches, one skipped",
+       {sample_randn({4, 2, 5}, 1, dev, dt), sample_randn({4, 2, 5}, 2, dev, dt),
+        sample_randn({3, 4, 2, 5}, 3, dev, dt), sample_randn({3, 4, 2, 5}, 4, dev, dt),
+        slots({7, -1, 0, 11})}},
+      {"transposed key and value [3, 2, 5]",
+       {sample_randn({5, 2, 3}, 5, dev, dt).permute({2, 1, 0}),
+        sample_randn({5, 2, 3}, 6, dev, dt).permute({2, 1, 0}),
+        sample_randn({3, 4, 2, 5}, 7, dev, dt), sample_randn({3, 4, 2, 5}, 8, dev, dt),
+        slots({2, 5, 9})}},
+  };
+}
+
+}  // namespace
+
 Op<PagedKvWriteArgs, void>& paged_kv_write_op() {
   static Op<PagedKvWriteArgs, void>& op = []() -> Op<PagedKvWriteArgs, void>& {
     auto& o = define<PagedKvWriteArgs, void>(
@@ -58,8 +90,10 @@ Op<PagedKvWriteArgs, void>& paged_kv_write_op() {
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::paged_kv_write_cuda);
 #endif
-    // Nothing to allocate: the fake kernel runs the checks (not the slot range: it reads data).
-    o.impl_fake(&detail::check_paged_kv_write);
+    // The shape function of an op that returns nothing: its checks, run by the fake kernel and
+    // before every device's kernel (not the slot range: it reads data; the kernels check it).
+    o.shape(&detail::check_paged_kv_write);
+    o.samples(&paged_kv_write_samples);
     return o;
   }();
   return op;

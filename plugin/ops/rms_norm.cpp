@@ -96,6 +96,10 @@ Op<RmsNormArgs>& rms_norm_op() {
     auto& o = define<RmsNormArgs>(
         "customop::rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");
     o.shape(&rms_norm_shape);
+    // customop::rms_norm_(Tensor(a!) input, Tensor weight, float eps=1e-6) -> Tensor(a!): the
+    // result has input's sizes and dtype, so it can be written back (an inference server's
+    // residual stream).
+    o.inplace_variant();
     o.impl(c10::DeviceType::CPU, &detail::rms_norm_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);

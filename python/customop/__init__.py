@@ -51,12 +51,14 @@ from . import gradcheck  # noqa: E402
 from .ops import (  # noqa: E402  (after the library is loaded)
     BUILT_IN_OPS,
     bias_gelu,
+    bias_gelu_,
     clamp_count,
     fused_add_rms_norm_,
     masked_softmax,
     max_along,
     paged_kv_write,
     rms_norm,
+    rms_norm_,
     weighted_sum,
 )
 
@@ -66,11 +68,13 @@ __all__ = [
     "load_library",
     "recorded_torch_version",
     "bias_gelu",
+    "bias_gelu_",
     "clamp_count",
     "fused_add_rms_norm_",
     "masked_softmax",
     "max_along",
     "paged_kv_write",
     "rms_norm",
+    "rms_norm_",
     "weighted_sum",
 ]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ._op_call import is_tensor_list, map_tensors, split_call
+
 
 def _fake_args(args, mode, symbols: list):
     """Fake copies of `args` (tensors and lists of tensors) with a symbol per dim of size >= 2;
@@ -41,7 +43,7 @@ def _fake_args(args, mode, symbols: list):
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             out.append(fake(a, i, None))
-        elif isinstance(a, (list, tuple)) and a and all(isinstance(v, torch.Tensor) for v in a):
+        elif is_tensor_list(a):
             out.append([fake(v, i, k) for k, v in enumerate(a)])
         else:
             out.append(a)
@@ -76,17 +78,13 @@ def check_shape_lock(op, args: list, arg_names: list[str]) -> dict:
     env = ShapeEnv(duck_shape=False)
     mode = FakeTensorMode(shape_env=env)
     symbols: list = []
-    detached = [a.detach() if isinstance(a, torch.Tensor) else
-                [v.detach() for v in a] if isinstance(a, (list, tuple)) and a
-                and all(isinstance(v, torch.Tensor) for v in a) else a for a in args]
+    detached = map_tensors(args, torch.Tensor.detach)
     with mode:
         fakes = _fake_args(detached, mode, symbols)
     if not symbols:
         return {"passed": True, "not_run": "no dim of size 2 or more to make symbolic"}
     try:
-        params = op._schema.arguments
-        positional = [f for f, p in zip(fakes, params) if not p.kwarg_only]
-        keywords = {p.name: f for f, p in zip(fakes, params) if p.kwarg_only}
+        positional, keywords = split_call(op, fakes)
         with mode, torch.no_grad():
             op(*positional, **keywords)
     except Exception as e:  # noqa: BLE001 -- the op's error is the report

@@ -35,7 +35,7 @@ from torch.autograd.gradcheck import GradcheckError
 from ._dropin import UnreliableDifferencesWarning, check_callable, gradcheck, gradgradcheck
 from ._harness import ensure_loaded, format_failure, run
 from ._op_names import op_name as _op_name
-from ._shape_lock import check_shape_lock, format_shape_lock
+from ._py_checks import add_results, pop_options
 from ._sharding_check import check_sharding, format_sharding_failure
 
 __all__ = ["GradcheckError", "Sample", "UnreliableDifferencesWarning", "assert_gradcheck",
@@ -150,6 +150,13 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         the report ("shape_lock") when the kernel fixed one of them to its sample value, naming
         the argument, the dim and the guard; report["shape_lock"] holds what it saw
         (customop/_shape_lock.py);
+      - check_compiled=False: skip the eager-vs-compiled check (on by default; Python only;
+        not for built-in ATen ops). It runs the op on clones of the sample eagerly and under
+        torch.compile(fullgraph=True) with Inductor's out= lowering active for the op, and
+        fails the report ("compiled") when an output or a written argument differs, naming
+        it and the greatest difference; report["compiled"] holds what it saw
+        (customop/_compiled_check.py). About 20 s the first time in a process (Inductor's
+        start-up), then well under a second per sample;
       - dtype=torch.bfloat16 (or float16, float32, float64): every floating tensor of each
         sample is cast to it first (requires_grad kept). float16/bfloat16 are judged by the
         low-precision rule (a precise float64 run on the same rounded values; README
@@ -159,8 +166,10 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
       - sharding=True: also checks the op's declared DTensor sharding rule on each sample (in
         float64) on a 2-rank mesh (check_sharding); each report gets a "sharding" entry, and a
         wrong rule fails the report with a "sharding" failure naming the placements.
-    Raises ValueError naming the op and the argument when a sample does not fit the schema or an
-    option is unknown; TypeError for a sample or value of a kind the harness does not take.
+    Raises ValueError naming the op and the argument when a sample does not fit the schema, holds
+    a meta tensor, or an option is unknown; TypeError for a sample or value of a kind the
+    harness does not take. Under torch.inference_mode() the checks run with it off, on normal
+    copies of the sample's inference tensors.
     """
     ensure_loaded()
     name = _op_name(op)
@@ -174,23 +183,50 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
     if "reference" in options and not isinstance(options["reference"], str):
         options["reference"] = _op_name(options["reference"])
     sharding = bool(options.pop("sharding", False))
-    shape_lock = options.pop("check_shape_lock", True)
-    if not isinstance(shape_lock, bool):
-        raise ValueError(f"customop.gradcheck.check({name}): option 'check_shape_lock' must be a "
-                         f"bool, got {shape_lock!r}")
+    py_checks = pop_options(name, options)
+    # Under torch.inference_mode() no graph is recorded: the checks need one, so they run
+    # with it off, on normal copies of inference tensors (requires_grad kept).
+    with torch.inference_mode(False):
+        return _check_samples(name, samples, options, dtype, sharding, py_checks)
+
+
+def _normal_tensor(value):
+    if isinstance(value, torch.Tensor) and value.is_inference():
+        return value.clone().requires_grad_(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_normal_tensor(v) for v in value)
+    return value
+
+
+def _refuse_meta(name: str, index: int, args: list, names) -> None:
+    for k, a in enumerate(args):
+        for t in a if isinstance(a, (list, tuple)) else [a]:
+            # NB: a plain meta tensor only: a tensor subclass may report the meta device and
+            # hold values (tests/python/test_harness_devices.py's simulated device).
+            if type(t) in (torch.Tensor, torch.nn.Parameter) and t.is_meta:
+                arg = names[k] if names is not None and k < len(names) else f"#{k}"
+                raise ValueError(f"customop.gradcheck.check({name}): sample {index}, argument "
+                                 f"'{arg}' is a meta tensor: it holds no values, and the checks "
+                                 f"compare values; give a CPU or CUDA tensor (the fake-kernel "
+                                 f"check runs the op on meta copies itself)")
+
+
+def _check_samples(name, samples, options, dtype, sharding, py_checks) -> list[dict]:
     reports, bound = [], []
     for i, sample in enumerate(samples):
         opts = dict(options)
         opts.setdefault("label", f"sample {i}")
         args, names = _bind(name, sample)
+        _refuse_meta(name, i, args, names)
+        args = [_normal_tensor(a) for a in args]
         if sharding:
             bound.append((opts["label"], args))  # run_cases casts to float64
         if dtype is not None:
             args = [_cast(a, dtype) for a in args]
         report = run(name, args, opts, names)
         report.pop("_raised", None)
-        if shape_lock and names is not None:
-            _add_shape_lock(report, name, args, names)
+        if py_checks and names is not None:
+            add_results(report, py_checks, name, _overload_of(name), args, names)
         reports.append(report)
     if sharding:
         for report, rule_report in zip(reports, check_sharding(name, bound)):
@@ -204,22 +240,6 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
                     {"check": "sharding", "headline": headline,
                      "detail": format_sharding_failure(rule_report)})
     return reports
-
-
-def _add_shape_lock(report: dict, name: str, args: list, names: list[str]) -> None:
-    lock = check_shape_lock(_overload_of(name), args, names)
-    report["shape_lock"] = lock
-    notes = report.setdefault("notes", [])
-    if "not_run" in lock:
-        notes.append(f"shape lock: not checked ({lock['not_run']})")
-    elif lock["passed"]:
-        notes.append(f"shape lock: {lock['symbols']} symbolic size(s), none fixed by the fake "
-                     f"kernel")
-    else:
-        report["passed"] = False
-        headline, detail = format_shape_lock(name, lock)
-        report.setdefault("failures", []).append(
-            {"check": "shape_lock", "headline": headline, "detail": detail})
 
 
 def assert_gradcheck(op, samples: Sequence[Any], **options) -> None:

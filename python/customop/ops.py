@@ -9,8 +9,10 @@ import torch
 
 from . import _schema_py
 
-BUILT_IN_OPS = ("bias_gelu", "clamp_count", "fused_add_rms_norm_", "masked_softmax", "max_along",
-                "paged_kv_write", "rms_norm", "weighted_sum")
+# NB: rms_norm_ and bias_gelu_ are the in-place variants of rms_norm and bias_gelu
+# (op.inplace_variant(): the result written into the first argument).
+BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "clamp_count", "fused_add_rms_norm_", "masked_softmax",
+                "max_along", "paged_kv_write", "rms_norm", "rms_norm_", "weighted_sum")
 
 
 def _wrap(name: str):
@@ -28,10 +30,12 @@ def _wrap(name: str):
 
 
 bias_gelu = _wrap("bias_gelu")
+bias_gelu_ = _wrap("bias_gelu_")
 clamp_count = _wrap("clamp_count")
 fused_add_rms_norm_ = _wrap("fused_add_rms_norm_")
 masked_softmax = _wrap("masked_softmax")
 max_along = _wrap("max_along")
 paged_kv_write = _wrap("paged_kv_write")
 rms_norm = _wrap("rms_norm")
+rms_norm_ = _wrap("rms_norm_")
 weighted_sum = _wrap("weighted_sum")

@@ -7,6 +7,9 @@ BUILT_IN_OPS: tuple[str, ...]
 def bias_gelu(input: Tensor, bias: Tensor, approximate: str = 'none') -> Tensor:
     """customop::bias_gelu(Tensor input, Tensor bias, str approximate="none") -> Tensor"""
 
+def bias_gelu_(input: Tensor, bias: Tensor, approximate: str = 'none') -> Tensor:
+    """customop::bias_gelu_(Tensor(a!) input, Tensor bias, str approximate="none") -> Tensor"""
+
 def clamp_count(input: Tensor, min: float, max: float) -> tuple[Tensor, Tensor]:
     """customop::clamp_count(Tensor input, float min, float max) -> (Tensor output, Tensor clamped)"""
 
@@ -24,6 +27,9 @@ def paged_kv_write(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: T
 
 def rms_norm(input: Tensor, weight: Tensor, eps: float = 1e-06) -> Tensor:
     """customop::rms_norm(Tensor input, Tensor weight, float eps=1e-06) -> Tensor"""
+
+def rms_norm_(input: Tensor, weight: Tensor, eps: float = 1e-06) -> Tensor:
+    """customop::rms_norm_(Tensor(a!) input, Tensor weight, float eps=1e-06) -> Tensor"""
 
 def weighted_sum(inputs: list[Tensor], weights: list[float]) -> Tensor:
     """customop::weighted_sum(Tensor[] inputs, float[] weights) -> Tensor"""

@@ -339,3 +339,18 @@ def test_check_samples_name_self_and_refuse_a_missing_list():
         gc.check("aten::add.Tensor", (a, b))
     with pytest.raises(ValueError, match="argument 'min': a non-finite float"):
         gc.check("aten::clamp", [(a, float("-inf"), 0.5)])
+
+
+def test_check_refuses_meta_samples_by_name_and_runs_under_inference_mode():
+    a, b = leaf(2, 3), leaf(2, 3, seed=1)
+    with pytest.raises(ValueError, match=r"sample 0, argument 'other' is a meta tensor"):
+        gc.check("aten::add.Tensor", [(a, b.detach().to("meta"))])
+    # Under inference_mode no graph is recorded: check() turns it off for the run and works on
+    # normal copies of inference tensors, and the verdict is the same as outside it.
+    with torch.inference_mode():
+        x = torch.randn(2, 3, dtype=torch.float64)
+        y = torch.randn(2, 3, dtype=torch.float64)
+        reports = gc.check("aten::mul.Tensor", [(x.requires_grad_(), y.requires_grad_())])
+        assert torch.is_inference_mode_enabled()
+    assert reports[0]["passed"], gc.format_failure(reports[0])
+    assert x.is_inference() and x.grad is None

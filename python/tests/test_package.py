@@ -35,6 +35,11 @@ CALLS = {
                                    value_cache=torch.zeros(2, 4, 2, 4, dtype=F64),
                                    slot_mapping=torch.tensor([5, -1, 0])),
     "rms_norm": lambda: dict(input=_leaf(4, 8), weight=_leaf(8, seed=1), eps=1e-5),
+    # The in-place variants write their first argument: no tensor requires grad.
+    "rms_norm_": lambda: dict(input=_leaf(4, 8).detach(), weight=_leaf(8, seed=1).detach(),
+                              eps=1e-5),
+    "bias_gelu_": lambda: dict(input=_leaf(4, 8).detach(), bias=_leaf(8, seed=1).detach(),
+                               approximate="tanh"),
     "weighted_sum": lambda: dict(inputs=[_leaf(2, 3), _leaf(2, 3, seed=1)], weights=[0.5, 2.0]),
 }
 

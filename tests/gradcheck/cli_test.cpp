@@ -101,6 +101,16 @@ TEST(Cli, CorrectOpsExitZeroWithProgressAndSummary) {
   EXPECT_THAT(r.out, HasSubstr("8 passed, 0 failed"));
 }
 
+// An op that writes its arguments has no backward: its samples get the op checks, once (no
+// mode to vary), and the row says so; a skip would hide them.
+TEST(Cli, MutatingOpGetsTheOpChecksNotASkip) {
+  const CliRun r =
+      cli(kLoad + "--op customop_mutants::add_one_ --device cpu --dtype float64 --mode both");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("op checks only (no gradient)"));
+  EXPECT_THAT(r.out, HasSubstr("1 passed, 0 failed, 0 skipped"));
+}
+
 TEST(Cli, MutantExitsOneWithReportJsonAndHeatmap) {
   const std::string json_path = temp_path("customop_gradcheck_cli.json");
   const std::string dir = temp_path("customop_gradcheck_cli_heatmaps");

@@ -74,7 +74,7 @@ TEST(SchemaCorpus, EveryBugCaughtByItsCheckAndNoFalseAlarm) {
       }
     }
   }
-  EXPECT_EQ(bugs, 5);
+  EXPECT_EQ(bugs, 8);
 }
 
 TEST(SchemaCorpus, MissingVersionBumpNamesTheArgument) {
@@ -124,9 +124,17 @@ TEST(SchemaCorpus, SweepCountedInTheNotes) {
   const auto r = check_first_sample("customop_mutants::tall_copy");
   std::string notes;
   for (const auto& n : r.notes) notes += n + "\n";
-  // [3, 4]: sizes 3 and 4, each to 0, 1 and n + 3; then transposed, then offset.
-  EXPECT_THAT(notes, HasSubstr("fake kernel: agreed with the real kernel on the sample and on 8 "
-                               "of 8 variants"));
+  // [3, 4] float64: sizes 3 and 4, each to 0, 1 and n + 3; float32, bfloat16, float16; then
+  // transposed, then offset.
+  EXPECT_THAT(notes, HasSubstr("fake kernel: agreed with the real kernel on the sample and on 11 "
+                               "of 11 variants"));
+}
+
+TEST(SchemaCorpus, FakeDtypeWrongOnLowPrecisionFoundBySweep) {
+  const auto r = check_first_sample("customop_mutants::halve_upcasts");
+  EXPECT_THAT(r.message(), AllOf(HasSubstr("dtype (on a variant of the sample: every floating "
+                                           "tensor as BFloat16)"),
+                                 HasSubstr("Float")));
 }
 
 }  // namespace

@@ -188,3 +188,40 @@ def test_out_overload_refuses_a_buffer_on_another_device():
     with pytest.raises(RuntimeError, match="customop::rms_norm.out: out argument 'out' is on "
                                            "meta, expected cpu"):
         torch.ops.customop.rms_norm.out(x, w, 1e-6, out=meta)
+
+
+# ---- in-place variants (op.inplace_variant(): rms_norm_, bias_gelu_) ------------------------
+
+def test_inplace_variant_compiles_exports_scripts_and_matches_the_functional_op(tmp_path):
+    assert torch.Tag.inplace in torch.ops.customop.rms_norm_.default.tags
+
+    def f(x, w):
+        y = x + 1
+        torch.ops.customop.rms_norm_(y, w, 1e-6)
+        return y * 2
+
+    x, w = torch.randn(4, 8), torch.randn(8)
+    want = torch.ops.customop.rms_norm(x + 1, w, 1e-6) * 2
+    torch.testing.assert_close(f(x, w), want)
+    compiled, code = run_and_get_code(torch.compile(f, fullgraph=True, dynamic=True), x, w)
+    torch.testing.assert_close(compiled, want)
+    assert any("customop.rms_norm" in c for c in code)
+    torch.testing.assert_close(torch.jit.script(f)(x, w), want)
+
+    class M(torch.nn.Module):
+        def forward(self, x, w):
+            return f(x, w)
+
+    ep = torch.export.export(M(), (x, w))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "m.pt2"))
+    torch.testing.assert_close(torch._inductor.aoti_load_package(path)(x, w), want)
+
+
+def test_inplace_variant_is_checked_by_the_harness():
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    [report] = customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w)],
+                                        check_compiled=False)
+    assert report["passed"], customop.gradcheck.format_failure(report)
+    assert any(n.startswith("inplace variant: customop::rms_norm_ wrote the functional op's "
+                            "result into 'input' (2 layout(s))") for n in report["notes"])

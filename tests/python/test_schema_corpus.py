@@ -28,10 +28,15 @@ CORPUS = {
     "pad_row": (None, None),
     "tall_copy": (None, None),
     "scale3": (None, None),
+    "halve": (None, None),
+    "add_iota": (None, None),
     "double_it_writes_input": ("double_it", "mutation"),
     "add_one_no_bump_": ("add_one_", "mutation"),
     "pad_row_locks_size": ("pad_row", "shape_lock"),
     "tall_copy_fake_contiguous": ("tall_copy", "fake_kernel"),
+    "halve_upcasts": ("halve", "fake_kernel"),
+    "add_iota_walks_memory": ("add_iota", "inplace_variant"),
+    "add_iota_no_bump": ("add_iota", "inplace_variant"),
     "scale3_out_off": ("scale3", "out_variant"),
     "scale3_out_reads": ("scale3", "out_variant"),
 }
@@ -41,6 +46,9 @@ OPCHECK_ON_PINNED_TORCH = {
     "add_one_no_bump_": None,
     "pad_row_locks_size": None,
     "tall_copy_fake_contiguous": None,
+    "halve_upcasts": None,
+    "add_iota_walks_memory": None,
+    "add_iota_no_bump": None,
     "scale3_out_off": None,
     "scale3_out_reads": None,
 }
@@ -129,3 +137,87 @@ def test_shape_lock_can_be_turned_off():
     report = gc.check(torch.ops.customop_mutants.pad_row_locks_size, [_sample("pad_row")],
                       check_shape_lock=False)[0]
     assert report["passed"] and "shape_lock" not in report
+
+
+def _define_scaled(lib, name: str, out_offset: float):
+    """ns::<name>(Tensor x) -> Tensor (3 x, a CPU kernel and a fake kernel) and its hand-written
+    out= overload, tagged torch.Tag.out, off by `out_offset`."""
+    torch.library.define(f"schema_corpus_py::{name}", "(Tensor x) -> Tensor", lib=lib)
+    torch.library.define(f"schema_corpus_py::{name}.out", "(Tensor x, *, Tensor(a!) out) -> "
+                         "Tensor(a!)", tags=(torch.Tag.out,), lib=lib)
+    torch.library.impl(f"schema_corpus_py::{name}", "cpu", lambda x: x * 3, lib=lib)
+    torch.library.register_fake(f"schema_corpus_py::{name}", lambda x: torch.empty_like(x),
+                                lib=lib)
+    torch.library.register_autograd(f"schema_corpus_py::{name}", lambda ctx, g: g * 3, lib=lib)
+
+    def out_kernel(x, out):
+        return out.copy_(x * 3 + out_offset)
+
+    torch.library.impl(f"schema_corpus_py::{name}.out", "cpu", out_kernel, lib=lib)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_check_catches_an_out_overload_inductor_takes():
+    # With check_out_variant off, only the compiled run can see the out= overload: Inductor
+    # lowers the functional op to it (Tag.out), and the compiled answer differs from eager.
+    lib = torch.library.Library("schema_corpus_py", "FRAGMENT")  # noqa: F841 -- kept alive
+    _define_scaled(lib, "scaled", 0.0)
+    _define_scaled(lib, "scaled_out_off", 0.5)
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    good = gc.check("schema_corpus_py::scaled", [(x,)], check_out_variant=False)[0]
+    assert good["passed"] and good["compiled"]["lowered"], gc.format_failure(good)
+    bad = gc.check("schema_corpus_py::scaled_out_off", [(x,)], check_out_variant=False)[0]
+    compiled = bad["compiled"]
+    assert not bad["passed"] and not compiled["passed"] and compiled["lowered"], compiled
+    assert compiled["mismatches"][0]["what"] == "output 0"
+    assert "Greatest absolute difference: 0.5" in compiled["mismatches"][0]["detail"]
+    text = gc.format_failure(bad)
+    assert "compiled result differs from eager" in text and "scaled_out_off.out" in text
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_check_turns_the_out_lowering_on_for_the_check_only():
+    from torch._library import _out_variant
+
+    op = torch.ops.customop.masked_softmax.default
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    report = gc.check(op, [(x, None, 1)])[0]
+    compiled = report["compiled"]
+    assert report["passed"], gc.format_failure(report)
+    # customop's .out overload is untagged (AOTInductor), so the check registers it...
+    assert compiled["lowered"] and "registered for this check" in compiled["out_lowering"]
+    # ...and takes it off again: an AOTI package of the op must not see the lowering.
+    assert op not in _out_variant._manual_out_variant_registry
+    assert any(n.startswith("compiled: 1 tensor(s) equal") and n.endswith(", taken")
+               for n in report["notes"])
+    off = gc.check(op, [(x, None, 1)], check_compiled=False)[0]
+    assert "compiled" not in off
+    with pytest.raises(ValueError, match="check_compiled' must be a bool"):
+        gc.check(op, [(x, None, 1)], check_compiled="yes")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_check_compares_without_a_lowering_torch_cannot_compile():
+    # torch 2.15's Inductor passes a defaulted argument (rms_norm's eps) twice to the out=
+    # overload: only this check would take the overload, so it compares without it.
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    report = gc.check(torch.ops.customop.rms_norm, [(x, w)])[0]
+    compiled = report["compiled"]
+    assert report["passed"], gc.format_failure(report)
+    if not compiled["lowered"]:
+        assert compiled["out_lowering"].startswith("not taken: Inductor's call of the untagged "
+                                                   "out= overload failed"), compiled
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_check_compares_written_arguments():
+    # A mutating op: no out= overload; the caches written eagerly and compiled must agree.
+    key, value = torch.randn(2, 2, 3), torch.randn(2, 2, 3)
+    caches = torch.zeros(2, 2, 2, 3), torch.zeros(2, 2, 2, 3)
+    report = gc.check(torch.ops.customop.paged_kv_write,
+                      [(key, value, *caches, torch.tensor([3, 0]))])[0]
+    compiled = report["compiled"]
+    assert report["passed"], gc.format_failure(report)
+    assert compiled["compared"] == 2 and compiled["out_overload"] is None, compiled
+    assert caches[0].abs().sum() == 0, "the check must run on clones"

@@ -178,7 +178,7 @@ void check_fake_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& a
   }
   result.notes.push_back("fake kernel: agreed with the real kernel on the sample and on " +
                          std::to_string(agreed) + " of " + std::to_string(variants.size()) +
-                         " variants of its sizes and layouts (the real kernel refused " +
+                         " variants of its sizes, dtypes and layouts (the real kernel refused " +
                          std::to_string(refused) + ")");
 }
 

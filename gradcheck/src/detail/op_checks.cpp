@@ -8,7 +8,7 @@ namespace customop::gradcheck::detail {
 
 const std::vector<const OpCheck*>& op_checks() {
   static const std::vector<const OpCheck*> checks = {&kMutationCheck, &kFakeKernelCheck,
-                                                     &kOutVariantCheck};
+                                                     &kOutVariantCheck, &kInplaceVariantCheck};
   return checks;
 }
 

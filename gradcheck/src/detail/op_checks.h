@@ -37,6 +37,8 @@ extern const OpCheck kFakeKernelCheck;
 extern const OpCheck kMutationCheck;
 /// The out= overload against the functional op (out_variant_check.cpp).
 extern const OpCheck kOutVariantCheck;
+/// The in-place variant (ns::name_) against the functional op (inplace_variant_check.cpp).
+extern const OpCheck kInplaceVariantCheck;
 
 /// The checks with_op_checks runs, in order.
 const std::vector<const OpCheck*>& op_checks();

@@ -92,6 +92,23 @@ std::vector<ShapeVariant> shape_variants(const torch::jit::Stack& args,
           }));
     }
   }
+  // The dtypes people train in: a fake that states one dtype for all, or a kernel that
+  // computes a low-precision output in float32 and returns it so, shows only here.
+  bool floating = false;
+  c10::ScalarType sample_dtype = at::kDouble;
+  sweep_for_each(args, [&](std::size_t, int64_t, const at::Tensor& t) {
+    if (!floating && at::isFloatingType(t.scalar_type())) sample_dtype = t.scalar_type();
+    floating = floating || at::isFloatingType(t.scalar_type());
+  });
+  for (const auto dtype : {at::kDouble, at::kFloat, at::kBFloat16, at::kHalf}) {
+    if (!floating || dtype == sample_dtype) continue;
+    add(std::string("every floating tensor as ") + c10::toString(dtype),
+        map_stack_tensors(args, [dtype](const at::Tensor& t) {
+          if (!at::isFloatingType(t.scalar_type())) return t.detach().clone();
+          at::Tensor c = t.detach().to(dtype, /*non_blocking=*/false, /*copy=*/true);
+          return t.requires_grad() ? c.requires_grad_(true) : c;
+        }));
+  }
   add("every tensor of 2 or more dims with its last two dims transposed in memory",
       map_stack_tensors(
           args, [](const at::Tensor& t) { return fresh_like(t, t.sizes().vec(), 0, true); }));

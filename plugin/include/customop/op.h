@@ -156,13 +156,26 @@ class Op final : public OpCore {
       static_assert(std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Ret>,
                     "[customop] the kernel's return type must convert to the op's Ret (the "
                     "second template argument of customop::define)");
-      set_kernel(
-          device,
-          [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
-            const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
-            detail::call_and_push<Ret>(*stack, kernel, args);
-          },
-          loc);
+      if constexpr (std::is_void_v<Ret>) {
+        // An op that returns nothing runs its shape function (its checks) first, on every
+        // device, as the fake kernel does (whichever of shape() and impl() comes first).
+        set_kernel(
+            device,
+            [this, kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
+              const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+              if (checks_) checks_(args);
+              kernel(args);
+            },
+            loc);
+      } else {
+        set_kernel(
+            device,
+            [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
+              const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+              detail::call_and_push<Ret>(*stack, kernel, args);
+            },
+            loc);
+      }
     }
     return *this;
   }
@@ -172,10 +185,14 @@ class Op final : public OpCore {
   /// symbolic sizes (customop/shape.h). From it customop registers the fake (Meta) kernel, in
   /// C++, and allocates the outputs of out kernels (`impl(device, kernel(const Args&, outs))`)
   /// with exactly the sizes, strides and dtype it states. Put the op's argument checks in it:
-  /// they then run on every device and under torch.compile. Ops returning Tensor[], int, float
-  /// or bool cannot have one (the number of outputs or their values depend on data): use
-  /// impl_fake and kernels that allocate.
-  /// \param fn   `TensorSpec fn(const Args&)` (or std::tuple<TensorSpec, ...>)
+  /// they then run on every device and under torch.compile. An op that returns nothing (`-> ()`,
+  /// one that only writes its customop::MutableTensor fields) states no output: its shape
+  /// function is `void fn(const Args&)`, its checks; the fake kernel is that function, and
+  /// every device's kernel runs it first. Ops returning Tensor[], int, float or bool cannot
+  /// have one (the number of outputs or their values depend on data): use impl_fake and
+  /// kernels that allocate.
+  /// \param fn   `TensorSpec fn(const Args&)` (or std::tuple<TensorSpec, ...>; `void` for an op
+  ///             that returns nothing)
   /// \param loc  where it is declared; named in later errors
   /// \returns    *this, for chaining
   /// \throws c10::Error naming the op and both locations when a shape function or a fake
@@ -188,11 +205,24 @@ class Op final : public OpCore {
   ///     });
   template <class F>
   Op& shape(F fn, std::source_location loc = std::source_location::current()) {
-    static_assert(kHasOutKernelForm,
-                  "[customop] shape(): every return must be a Tensor (an op returning "
-                  "Tensor[], int, float or bool, or nothing, has no shape function: use "
-                  "impl_fake and kernels that allocate)");
-    if constexpr (kHasOutKernelForm) {
+    static_assert(kHasOutKernelForm || std::is_void_v<Ret>,
+                  "[customop] shape(): every return must be a Tensor, or the op returns "
+                  "nothing (an op returning Tensor[], int, float or bool has no shape function: "
+                  "use impl_fake and kernels that allocate)");
+    if constexpr (std::is_void_v<Ret>) {
+      static_assert(std::is_invocable_v<F&, const Args&> &&
+                        std::is_void_v<std::invoke_result_t<F&, const Args&>>,
+                    "[customop] the shape function of an op that returns nothing states no "
+                    "output: it is callable as void fn(const Args&) and holds the op's checks");
+      if (!has_fake_kernel()) checks_ = [fn = std::move(fn)](const Args& a) { fn(a); };
+      set_fake_kernel(
+          [this](torch::jit::Stack* stack) {
+            const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
+            checks_(args);
+          },
+          loc);
+      note_shape(loc);
+    } else {
       static_assert(std::is_invocable_v<F&, const Args&> &&
                         std::is_convertible_v<std::invoke_result_t<F&, const Args&>, Specs>,
                     "[customop] a shape function is callable as fn(const Args&) and returns a "
@@ -219,6 +249,26 @@ class Op final : public OpCore {
             loc);
       }
     }
+    return *this;
+  }
+
+  /// Declares the op's in-place variant, `ns::name_(Tensor(a!) x, <the other arguments>) ->
+  /// Tensor(a!)` (x: the op's first argument), tagged at::Tag::inplace so torch.compile and
+  /// torch.export treat it as ATen's in-place ops. It runs the functional op (shape function
+  /// and kernel, every device, Meta included) and copies the result into x, which must have
+  /// the result's sizes and dtype (else c10::Error naming both, and x is left unchanged); x may
+  /// share memory with another argument. An expanded x (stride 0) is refused. It is not
+  /// differentiable: under grad mode an argument that requires grad is refused, naming it. x's
+  /// version is bumped. The harness checks it against the functional op (check_inplace_variant).
+  /// \param loc  where it is declared; named in errors
+  /// \returns    *this, for chaining
+  /// \throws c10::ValueError naming the op and `loc` when the op writes its arguments, was
+  ///         wrapped, does not return exactly one Tensor, has no positional Tensor first argument,
+  ///         or `ns::name_` is already registered; c10::Error when declared twice.
+  /// Example:
+  ///   op.inplace_variant();   // myns::row_scale_(Tensor(a!) x, Tensor scale) -> Tensor(a!)
+  Op& inplace_variant(std::source_location loc = std::source_location::current()) {
+    define_inplace_variant(loc);
     return *this;
   }
 
@@ -718,6 +768,8 @@ class Op final : public OpCore {
   }
 
   std::function<Specs(const Args&)> shape_;
+  // The shape function of an op that returns nothing: its checks, run before every kernel.
+  std::function<void(const Args&)> checks_;
   std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Output&)> save_;
   std::function<std::vector<at::Tensor>(detail::SavedStateBase&)> take_tensors_;
   std::function<void(detail::SavedStateBase&, const std::vector<at::Tensor>&,

@@ -176,6 +176,12 @@ class OpCore {
   /// defines it for every op with a shape function that writes no argument, when the shape
   /// function is declared (op_out_variant.cpp).
   const c10::OperatorHandle* out_handle() const { return out_handle_ ? &*out_handle_ : nullptr; }
+  /// The op's in-place variant (`ns::name_(Tensor(a!) x, ...) -> Tensor(a!)`, tagged
+  /// at::Tag::inplace), or nullptr when the op declared none (Op::inplace_variant;
+  /// op_inplace_variant.cpp).
+  const c10::OperatorHandle* inplace_handle() const {
+    return inplace_handle_ ? &*inplace_handle_ : nullptr;
+  }
   /// True when both save_for_backward and backward are registered.
   bool has_autograd() const {
     return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
@@ -254,6 +260,8 @@ class OpCore {
   /// installed), and defines the out= overload (define_out_overload) for an op that writes no
   /// argument.
   void note_shape(std::source_location loc);
+  /// Defines the in-place variant (Op::inplace_variant); throws as it documents.
+  void define_inplace_variant(const std::source_location& loc);
   /// The typed half of an out= overload's kernel for `device` (Meta: its fake kernel): `fn`
   /// gets the functional arguments followed by one out tensor per return, and leaves the out
   /// tensors on the stack. Throws c10::Error naming the op when `device` has one already.
@@ -372,6 +380,13 @@ class OpCore {
   void out_device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
   std::vector<std::string> out_names_;
   std::optional<c10::OperatorHandle> out_handle_;
+  /// The in-place variant (op_inplace_variant.cpp): its kernels at the device keys and Meta
+  /// (the functional op, then a copy into the first argument), Autograd (refuses grad) and
+  /// ADInplaceOrView (bumps the first argument's version).
+  friend struct InplaceVariantKernel;
+  void inplace_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                      torch::jit::Stack* stack) const;
+  std::optional<c10::OperatorHandle> inplace_handle_;
   std::atomic<const detail::KernelEntry*> out_kernels_[3] = {nullptr, nullptr, nullptr};
 
   std::string name_;

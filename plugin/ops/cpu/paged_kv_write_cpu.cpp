@@ -17,7 +17,6 @@
 namespace customop::ops::detail {
 
 void paged_kv_write_cpu(const PagedKvWriteArgs& a) {
-  check_paged_kv_write(a);
   const int64_t tokens = a.key.size(0);
   const int64_t slots = a.key_cache.size(0) * a.key_cache.size(1);
   const at::Tensor slot = a.slot_mapping.contiguous();

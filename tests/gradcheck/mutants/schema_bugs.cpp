@@ -6,6 +6,8 @@
 
 #include <customop/customop.h>
 
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
 namespace customop_mutants::detail {
@@ -127,6 +129,24 @@ void define_tall_copy(const char* schema, bool fake_knows_layout) {
   op.samples(&matrix_samples);  // [3, 4]: not tall, so the planted fake agrees on the sample
 }
 
+// ---- halve: x / 2, in x's dtype -------------------------------------------------------------
+void define_halve(const char* schema, bool upcasts) {
+  auto& op = customop::define<XArgs>(schema);
+  auto kernel = [upcasts](const XArgs& a) {
+    const bool low = a.x.scalar_type() == at::kBFloat16 || a.x.scalar_type() == at::kHalf;
+    // Planted: computed in float32 for the low dtypes and returned so (the cast back is
+    // forgotten); float64 and float32 samples never see it.
+    if (upcasts && low) return a.x.to(at::kFloat) * 0.5;
+    return a.x * 0.5;
+  };
+  op.impl(c10::DeviceType::CPU, kernel);
+  op.impl(c10::DeviceType::CUDA, kernel);
+  op.impl_fake([](const XArgs& a) { return at::empty_like(a.x); });
+  op.impl_save_for_backward([](const XArgs&, const at::Tensor&) { return NoSaved{}; });
+  op.impl_backward([](const NoSaved&, const at::Tensor& g) { return Grads{{"x", g * 0.5}}; });
+  op.samples(&matrix_samples);
+}
+
 // ---- scale3: 3 x, and an out= overload registered by hand ---------------------------------
 // The functional op is CompositeImplicitAutograd (differentiable through ATen); the out=
 // overload has its own CPU kernel, as hand-written libraries have: 0 correct, 1 off by 0.1 %,
@@ -141,6 +161,51 @@ at::Tensor& scale3_out(const at::Tensor& x, at::Tensor& out) {
 }
 at::Tensor scale3(const at::Tensor& x) { return x * 3; }
 
+// ---- add_iota: x + [0, 1, 2, ...] in x's logical order, with an in-place variant add_iota_ ----
+// Position-dependent, so an in-place kernel that walks memory instead of logical order is
+// wrong on a transposed argument (an elementwise scale would not show it).
+at::Tensor iota_like(const at::Tensor& x) {
+  // Symbolic sizes throughout (torch.compile and opcheck trace the functional op dynamically).
+  return at::ones_like(x, at::MemoryFormat::Contiguous)
+      .reshape({-1})
+      .cumsum(0)
+      .sub(1)
+      .view_symint(x.sym_sizes());
+}
+
+void define_add_iota() {
+  auto& op = customop::define<XArgs>("customop_mutants::add_iota(Tensor x) -> Tensor");
+  op.shape([](const XArgs& a) { return customop::TensorSpec::like(a.x); });
+  auto kernel = [](const XArgs& a, const at::Tensor& out) {
+    at::add_out(const_cast<at::Tensor&>(out), a.x, iota_like(a.x));
+  };
+  op.impl(c10::DeviceType::CPU, kernel);
+  op.impl(c10::DeviceType::CUDA, kernel);
+  op.inplace_variant();  // customop_mutants::add_iota_(Tensor(a!) x) -> Tensor(a!)
+  op.impl_save_for_backward([](const XArgs&, const at::Tensor&) { return NoSaved{}; });
+  op.impl_backward([](const NoSaved&, const at::Tensor& g) { return Grads{{"x", g}}; });
+  op.samples(&matrix_samples);
+}
+
+at::Tensor add_iota_functional(const at::Tensor& x) { return x + iota_like(x); }
+
+// Planted, registered by hand: adds i to the i-th element of x's memory, and bumps the version.
+at::Tensor& add_iota_walks_memory_(at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kDouble && x.is_non_overlapping_and_dense(),
+              "customop_mutants::add_iota_walks_memory_: takes a dense float64 tensor");
+  double* p = x.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] += static_cast<double>(i);
+  torch::autograd::impl::bump_version(x);
+  return x;
+}
+
+// Planted, registered by hand: the right values, written below ADInplaceOrView (as a kernel
+// that calls ATen's in-place ops with the dispatch guard set does), so no version bump.
+at::Tensor& add_iota_no_bump_(at::Tensor& x) {
+  const at::AutoDispatchBelowADInplaceOrView below;
+  return x.add_(iota_like(x));
+}
+
 }  // namespace
 
 void register_schema_bugs() {
@@ -152,6 +217,9 @@ void register_schema_bugs() {
     define_pad_row("customop_mutants::pad_row_locks_size(Tensor x) -> Tensor", true);
     define_tall_copy("customop_mutants::tall_copy(Tensor x) -> Tensor", true);
     define_tall_copy("customop_mutants::tall_copy_fake_contiguous(Tensor x) -> Tensor", false);
+    define_halve("customop_mutants::halve(Tensor x) -> Tensor", false);
+    define_halve("customop_mutants::halve_upcasts(Tensor x) -> Tensor", true);
+    define_add_iota();
     return true;
   }();
   (void)done;
@@ -167,7 +235,15 @@ TORCH_LIBRARY_FRAGMENT(customop_mutants, m) {
           {at::Tag::out});
   }
 }
+TORCH_LIBRARY_FRAGMENT(customop_mutants, m) {
+  for (const char* name : {"add_iota_walks_memory", "add_iota_no_bump"}) {
+    m.def((std::string(name) + "(Tensor x) -> Tensor").c_str());
+    m.def((std::string(name) + "_(Tensor(a!) x) -> Tensor(a!)").c_str(), {at::Tag::inplace});
+  }
+}
 TORCH_LIBRARY_IMPL(customop_mutants, CompositeImplicitAutograd, m) {
+  m.impl("add_iota_walks_memory", &customop_mutants::detail::add_iota_functional);
+  m.impl("add_iota_no_bump", &customop_mutants::detail::add_iota_functional);
   m.impl("scale3", &customop_mutants::detail::scale3);
   m.impl("scale3_out_off", &customop_mutants::detail::scale3);
   m.impl("scale3_out_reads", &customop_mutants::detail::scale3);
@@ -177,6 +253,8 @@ TORCH_LIBRARY_IMPL(customop_mutants, CPU, m) {
   m.impl("scale3.out", &customop_mutants::detail::scale3_out<0>);
   m.impl("scale3_out_off.out", &customop_mutants::detail::scale3_out<1>);
   m.impl("scale3_out_reads.out", &customop_mutants::detail::scale3_out<2>);
+  m.impl("add_iota_walks_memory_", &customop_mutants::detail::add_iota_walks_memory_);
+  m.impl("add_iota_no_bump_", &customop_mutants::detail::add_iota_no_bump_);
 }
 TORCH_LIBRARY_IMPL(customop_mutants, Meta, m) {
   m.impl("add_one_no_bump_", &customop_mutants::detail::add_one_no_bump_meta);

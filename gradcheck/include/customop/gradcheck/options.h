@@ -249,6 +249,15 @@ struct GradcheckOptions {
   /// be resized or refused with an error, never left wrong. The out schema must obey the
   /// out= rules (customop::check_out_schema). Its cost: one functional and 5 out= calls.
   bool check_out_variant = true;
+  /// In-place variant check, for any dispatcher op `ns::name[.overload]` with one Tensor return
+  /// and an in-place variant `ns::name_[.overload]` (ATen's convention; customop's
+  /// Op::inplace_variant): the variant, called on a copy of the sample, must write the
+  /// functional op's result into its first argument (to a few units in the last place), return
+  /// that argument itself, keep its strides, and bump its version counter; a second call
+  /// puts the first argument in a non-contiguous layout (last two dims transposed in memory).
+  /// A sample the variant refuses (a result that cannot be written into the first argument:
+  /// another shape or dtype) is a note. Its cost: one functional and two in-place calls.
+  bool check_inplace_variant = true;
   /// Also run the op with each differentiable input, and give the VJP each grad_output, in
   /// non-contiguous layouts (a strided view of a larger buffer; the last two dims transposed
   /// where 2-D or more), and require the outputs and grads of the given layout to rounding:

@@ -29,16 +29,19 @@ enum class Check : std::uint8_t {
   kCudaVsCpu,                ///< CUDA outputs or grads differ from the CPU ones
   kFakeKernel,               ///< the fake (Meta) kernel's outputs differ in count, shape,
                              ///< dtype, strides or device from the real kernel's, or it raised
-  kLayout,        ///< an input or grad_output in a non-contiguous layout changed outputs or grads
-  kForwardError,  ///< the function itself raised an error (at the point, or perturbed)
-  kInputSubset,   ///< with only some inputs requiring grad, their grads changed (or it raised)
-  kLowPrecision,  ///< a float16/bfloat16 output or grad is further from the precise run than
-                  ///< the low-precision rule allows (LowPrecisionReport)
-  kMutation,      ///< an argument the schema does not declare written (Tensor(a!)) changed, a
-                  ///< written one changed outside its view, or an output aliases an argument
-  kOutVariant,    ///< the out= overload's results differ from the functional op's (poisoned,
-                  ///< non-contiguous, empty or wrong-size buffers), or its schema breaks the
-                  ///< out= rules
+  kLayout,          ///< an input or grad_output in a non-contiguous layout changed outputs or grads
+  kForwardError,    ///< the function itself raised an error (at the point, or perturbed)
+  kInputSubset,     ///< with only some inputs requiring grad, their grads changed (or it raised)
+  kLowPrecision,    ///< a float16/bfloat16 output or grad is further from the precise run than
+                    ///< the low-precision rule allows (LowPrecisionReport)
+  kMutation,        ///< an argument the schema does not declare written (Tensor(a!)) changed, a
+                    ///< written one changed outside its view, or an output aliases an argument
+  kOutVariant,      ///< the out= overload's results differ from the functional op's (poisoned,
+                    ///< non-contiguous, empty or wrong-size buffers), or its schema breaks the
+                    ///< out= rules
+  kInplaceVariant,  ///< the in-place variant (ns::name_, Tag.inplace) wrote something other
+                    ///< than the functional op's result, did not return its first argument,
+                    ///< restrided it, or left its version counter unchanged
 };
 
 /// Names a check, as JSON spells it.

@@ -1,0 +1,157 @@
+// The in-place variant an op may declare (Op::inplace_variant): `ns::name_(Tensor(a!) x,
+// <the op's other arguments>) -> Tensor(a!)`, tagged at::Tag::inplace, where x is the op's first
+// argument and the result, which must have x's sizes and dtype, is written into it.
+//
+// One kernel serves both: the in-place variant runs the functional op (its shape function and
+// kernel, on every device, Meta included) and copies the result into x. Nothing is written
+// before the result exists and fits, so a refused call leaves x unchanged, and x may share
+// memory with another argument (the result is computed before x is written). It is not
+// differentiable: a call under grad mode with an argument that requires grad is refused. Its
+// ADInplaceOrView kernel bumps x's version.
+
+#include "op_core_internal.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/library.h>
+
+#include <sstream>
+
+namespace customop {
+
+namespace {
+
+enum InplaceKey : int { kCompute = 0, kAutograd = 1, kBumpVersion = 2 };
+
+}  // namespace
+
+struct InplaceVariantKernel final : c10::OperatorKernel {
+  InplaceVariantKernel(const OpCore* op, int key) : op_(op), key_(key) {}
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    op_->inplace_kernel(key_, h, ks, stack);
+  }
+  const OpCore* op_;
+  int key_;
+};
+
+void OpCore::define_inplace_variant(const std::source_location& loc) {
+  const std::string variant = name_ + "_";
+  TORCH_CHECK_VALUE(!wrapped_ && !mutates_, name_, ": inplace_variant() (at ", format_location(loc),
+                    ") needs a functional op defined with customop::define",
+                    mutates_ ? " (this one writes its arguments already)" : "");
+  TORCH_CHECK_VALUE(returns_.size() == 1 && returns_[0] == ArgKind::kTensor, name_,
+                    ": inplace_variant() (at ", format_location(loc),
+                    ") needs an op with one Tensor return, written into its first argument; "
+                    "the schema is ",
+                    schema_);
+  TORCH_CHECK_VALUE(
+      !args_.empty() && args_[0].kind == ArgKind::kTensor && !schema_.arguments()[0].kwarg_only(),
+      name_, ": inplace_variant() (at ", format_location(loc),
+      ") needs a first argument of type Tensor (positional, not optional): the "
+      "result is written into it; the schema is ",
+      schema_);
+  TORCH_CHECK(!inplace_handle_, name_, ": inplace_variant() is declared twice (again at ",
+              format_location(loc), ")");
+  TORCH_CHECK_VALUE(!c10::Dispatcher::singleton().findSchema({variant, ""}).has_value(), name_,
+                    ": inplace_variant() (at ", format_location(loc), ") would define ", variant,
+                    ", which is already registered");
+  std::ostringstream text;
+  text << variant << "(";
+  const auto& args = schema_.arguments();
+  bool keyword = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i == 0) {
+      text << "Tensor(a!) " << args[0].name();
+      continue;
+    }
+    text << ", ";
+    if (args[i].kwarg_only() && !keyword) {
+      text << "*, ";
+      keyword = true;
+    }
+    text << args[i];
+  }
+  text << ") -> Tensor(a!)";
+  auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns_, std::nullopt,
+                                              loc.file_name(), loc.line());
+  lib->def(torch::schema(text.str().c_str()), {at::Tag::inplace});
+  const std::string op = variant.substr(variant.find("::") + 2);
+  const std::pair<c10::DispatchKey, int> keys[] = {
+      {c10::DispatchKey::CPU, kCompute},
+      {c10::DispatchKey::CUDA, kCompute},
+      {c10::DispatchKey::Meta, kCompute},
+      {c10::DispatchKey::Autograd, kAutograd},
+      {c10::DispatchKey::ADInplaceOrView, kBumpVersion}};
+  for (const auto& [key, index] : keys) {
+    lib->impl(op.c_str(),
+              torch::dispatch(key, torch::CppFunction::makeFromBoxedFunctor(
+                                       std::make_unique<InplaceVariantKernel>(this, index))));
+  }
+  libraries_.push_back(std::move(lib));
+  inplace_handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(variant.c_str(), "");
+}
+
+void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
+                            torch::jit::Stack* stack) const {
+  const std::string variant = name_ + "_";
+  const size_t n = args_.size();
+  auto arg = [&](size_t i) -> const c10::IValue& { return (*stack)[stack->size() - n + i]; };
+  if (key == kAutograd) {
+    if (c10::GradMode::is_enabled()) {
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<at::Tensor> ts;
+        if (arg(i).isTensor()) ts.push_back(arg(i).toTensor());
+        if (arg(i).isTensorList()) ts = arg(i).toTensorVector();
+        for (const auto& t : ts) {
+          TORCH_CHECK(!t.defined() || !t.requires_grad(), variant,
+                      ": the in-place variant is not differentiable, but argument '", args_[i].name,
+                      "' requires grad. Call the functional op ", name_,
+                      " to differentiate, or call this one under torch.no_grad()");
+        }
+      }
+    }
+    at::AutoDispatchBelowAutograd guard;
+    h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    return;
+  }
+  if (key == kBumpVersion) {
+    const at::Tensor self = arg(0).toTensor();
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      h.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    }
+    if (self.defined() && !self.is_inference()) torch::autograd::impl::bump_version(self);
+    return;
+  }
+  const at::Tensor self = arg(0).toTensor();
+  const std::string& x = args_[0].name;
+  TORCH_CHECK_VALUE(self.defined(), variant, ": argument '", x,
+                    "' is None; the in-place variant writes its result into it");
+  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, variant, ": argument '", x,
+              "' is expanded (a stride of 0, strides ", self.sym_strides(),
+              "): several of its elements share memory, so it cannot hold the result; pass a "
+              "tensor that owns its elements (.contiguous()) or call ",
+              name_);
+  // The functional op on the same arguments (below ADInplaceOrView, as this kernel runs), in
+  // x's dtype: in-place ops are not cast by autocast (ATen's are not either).
+  torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    handle_->callBoxed(call);
+  }
+  const at::Tensor result = call.at(0).toTensor();
+  TORCH_CHECK(result.sym_sizes() == self.sym_sizes() && result.scalar_type() == self.scalar_type(),
+              variant, ": argument '", x, "' receives the result, which must have its sizes and ",
+              "dtype: the result of ", name_, " is ", result.sym_sizes(), " ", result.scalar_type(),
+              ", argument '", x, "' is ", self.sym_sizes(), " ", self.scalar_type(),
+              " (nothing was written); call ", name_);
+  self.copy_(result);
+  torch::jit::drop(*stack, n);
+  stack->emplace_back(self);
+}
+
+}  // namespace customop
