@@ -98,8 +98,9 @@ Op<RmsNormArgs>& rms_norm_op() {
     o.shape(&rms_norm_shape);
     // customop::rms_norm_(Tensor(a!) input, Tensor weight, float eps=1e-6) -> Tensor(a!): the
     // result has input's sizes and dtype, so it can be written back (an inference server's
-    // residual stream).
-    o.inplace_variant();
+    // residual stream). Differentiable through rms_norm's backward (a training loop's
+    // x = rms_norm_(x, w) keeps its grads), at the cost of one copy of input under grad mode.
+    o.inplace_variant(InplaceGrad::kThroughFunctional);
     o.impl(c10::DeviceType::CPU, &detail::rms_norm_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);

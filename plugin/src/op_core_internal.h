@@ -4,14 +4,31 @@
 #include <customop/op_core.h>
 
 #include <ATen/core/ivalue.h>
+#include <torch/library.h>
 
+#include <initializer_list>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace customop::detail {
 
 /// Python's name for the type of `v` in messages: "Tensor", "NoneType", "List[Tensor]", ...
 std::string ivalue_type_name(const c10::IValue& v);
+
+/// Registers, for `op` (a name in `lib`'s namespace, "name.overload" or "name"), the boxed
+/// kernel `make(index)` (a std::unique_ptr to a c10::OperatorKernel) at each (key, index) of
+/// `keys`: the kernels of the overloads customop generates (out=, in-place), one functor type
+/// per overload that switches on the index.
+template <class MakeKernel>
+void impl_at_keys(torch::Library& lib, const std::string& op,
+                  std::initializer_list<std::pair<c10::DispatchKey, int>> keys, MakeKernel make) {
+  for (const auto& key_index : keys) {
+    lib.impl(op.c_str(), torch::dispatch(key_index.first, torch::CppFunction::makeFromBoxedFunctor(
+                                                              make(key_index.second))));
+  }
+}
 
 /// A None passed for a (non-optional) Tensor reaches the kernels as an undefined tensor, whose
 /// first use would throw "tensor does not have a device" without naming the op or argument.

@@ -5,9 +5,11 @@
 // One kernel serves both: the in-place variant runs the functional op (its shape function and
 // kernel, on every device, Meta included) and copies the result into x. Nothing is written
 // before the result exists and fits, so a refused call leaves x unchanged, and x may share
-// memory with another argument (the result is computed before x is written). It is not
-// differentiable: a call under grad mode with an argument that requires grad is refused. Its
-// ADInplaceOrView kernel bumps x's version.
+// memory with another argument (the result is computed before x is written). Autograd (under
+// grad mode, an argument that requires grad): refused by default; with
+// InplaceGrad::kThroughFunctional, the Autograd kernel runs clone -> functional op -> copy_ at
+// the top of the dispatcher, so every step records its own backward and the chain is the
+// functional op's backward (inplace_autograd). Its ADInplaceOrView kernel bumps x's version.
 
 #include "op_core_internal.h"
 
@@ -38,7 +40,7 @@ struct InplaceVariantKernel final : c10::OperatorKernel {
   int key_;
 };
 
-void OpCore::define_inplace_variant(const std::source_location& loc) {
+void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location& loc) {
   const std::string variant = name_ + "_";
   TORCH_CHECK_VALUE(!wrapped_ && !mutates_, name_, ": inplace_variant() (at ", format_location(loc),
                     ") needs a functional op defined with customop::define",
@@ -54,6 +56,9 @@ void OpCore::define_inplace_variant(const std::source_location& loc) {
       ") needs a first argument of type Tensor (positional, not optional): the "
       "result is written into it; the schema is ",
       schema_);
+  TORCH_CHECK_VALUE(grad == InplaceGrad::kRefuse || grad == InplaceGrad::kThroughFunctional, name_,
+                    ": inplace_variant() (at ", format_location(loc), ") got InplaceGrad value ",
+                    static_cast<int>(grad), "; expected kRefuse or kThroughFunctional");
   TORCH_CHECK(!inplace_handle_, name_, ": inplace_variant() is declared twice (again at ",
               format_location(loc), ")");
   TORCH_CHECK_VALUE(!c10::Dispatcher::singleton().findSchema({variant, ""}).has_value(), name_,
@@ -80,19 +85,82 @@ void OpCore::define_inplace_variant(const std::source_location& loc) {
                                               loc.file_name(), loc.line());
   lib->def(torch::schema(text.str().c_str()), {at::Tag::inplace});
   const std::string op = variant.substr(variant.find("::") + 2);
-  const std::pair<c10::DispatchKey, int> keys[] = {
-      {c10::DispatchKey::CPU, kCompute},
-      {c10::DispatchKey::CUDA, kCompute},
-      {c10::DispatchKey::Meta, kCompute},
-      {c10::DispatchKey::Autograd, kAutograd},
-      {c10::DispatchKey::ADInplaceOrView, kBumpVersion}};
-  for (const auto& [key, index] : keys) {
-    lib->impl(op.c_str(),
-              torch::dispatch(key, torch::CppFunction::makeFromBoxedFunctor(
-                                       std::make_unique<InplaceVariantKernel>(this, index))));
-  }
+  detail::impl_at_keys(
+      *lib, op,
+      {{c10::DispatchKey::CPU, kCompute},
+       {c10::DispatchKey::CUDA, kCompute},
+       {c10::DispatchKey::Meta, kCompute},
+       {c10::DispatchKey::Autograd, kAutograd},
+       {c10::DispatchKey::ADInplaceOrView, kBumpVersion}},
+      [this](int index) { return std::make_unique<InplaceVariantKernel>(this, index); });
   libraries_.push_back(std::move(lib));
+  inplace_grad_ = grad;
   inplace_handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(variant.c_str(), "");
+}
+
+namespace {
+
+// The result of the functional op must fit x: same sizes and dtype (checked before anything
+// is written).
+void check_result_fits(const std::string& variant, const std::string& functional,
+                       const std::string& x, const at::Tensor& result, const at::Tensor& self) {
+  TORCH_CHECK(result.sym_sizes() == self.sym_sizes() && result.scalar_type() == self.scalar_type(),
+              variant, ": argument '", x, "' receives the result, which must have its sizes and ",
+              "dtype: the result of ", functional, " is ", result.sym_sizes(), " ",
+              result.scalar_type(), ", argument '", x, "' is ", self.sym_sizes(), " ",
+              self.scalar_type(), " (nothing was written); call ", functional);
+}
+
+void check_not_expanded(const std::string& variant, const std::string& functional,
+                        const std::string& x, const at::Tensor& self) {
+  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, variant, ": argument '", x,
+              "' is expanded (a stride of 0, strides ", self.sym_strides(),
+              "): several of its elements share memory, so it cannot hold the result; pass a "
+              "tensor that owns its elements (.contiguous()) or call ",
+              functional);
+}
+
+}  // namespace
+
+void OpCore::inplace_autograd(torch::jit::Stack* stack) const {
+  const std::string variant = name_ + "_";
+  const size_t n = args_.size();
+  const at::Tensor self = (*stack)[stack->size() - n].toTensor();
+  const std::string& x = args_[0].name;
+  TORCH_CHECK_VALUE(self.defined(), variant, ": argument '", x,
+                    "' is None; the in-place variant writes its result into it");
+  TORCH_CHECK(has_autograd(), variant, ": an argument requires grad, but ", name_,
+              " has no backward (impl_autograd) for the in-place variant to differentiate "
+              "through; call it under torch.no_grad()");
+  TORCH_CHECK(!(self.is_leaf() && self.requires_grad()), variant, ": argument '", x,
+              "' is a leaf tensor that requires grad; writing it in place would replace the value "
+              "its grad is taken for (torch refuses in-place writes to such leaves too). Pass a "
+              "copy (x.clone()) or call ",
+              name_);
+  if (self.is_view()) {
+    const at::TensorBase& base = self._base();
+    TORCH_CHECK(!(base.is_leaf() && base.requires_grad()), variant, ": argument '", x,
+                "' is a view of a leaf tensor that requires grad; writing it in place would "
+                "replace the value that leaf's grad is taken for. Pass a copy (x.clone()) or "
+                "call ",
+                name_);
+  }
+  check_not_expanded(variant, name_, x, self);
+  // clone -> functional op -> copy_, each from the top of the dispatcher, so autograd records
+  // CloneBackward, the functional op's backward and CopyBackwards: the grads are the
+  // functional op's, and x's new history is that chain. Autocast is excluded as on the no-grad
+  // path (in-place ops keep x's dtype).
+  torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  call[0] = self.clone();
+  {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    handle_->callBoxed(call);
+  }
+  const at::Tensor result = call.at(0).toTensor();
+  check_result_fits(variant, name_, x, result, self);
+  self.copy_(result);
+  torch::jit::drop(*stack, n);
+  stack->emplace_back(self);
 }
 
 void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
@@ -107,10 +175,16 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
         if (arg(i).isTensor()) ts.push_back(arg(i).toTensor());
         if (arg(i).isTensorList()) ts = arg(i).toTensorVector();
         for (const auto& t : ts) {
-          TORCH_CHECK(!t.defined() || !t.requires_grad(), variant,
+          if (!t.defined() || !t.requires_grad()) continue;
+          if (inplace_grad_ == InplaceGrad::kThroughFunctional) {
+            inplace_autograd(stack);
+            return;
+          }
+          TORCH_CHECK(false, variant,
                       ": the in-place variant is not differentiable, but argument '", args_[i].name,
                       "' requires grad. Call the functional op ", name_,
-                      " to differentiate, or call this one under torch.no_grad()");
+                      " to differentiate, or call this one under torch.no_grad() (or declare "
+                      "op.inplace_variant(customop::InplaceGrad::kThroughFunctional))");
         }
       }
     }
@@ -131,11 +205,7 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
   const std::string& x = args_[0].name;
   TORCH_CHECK_VALUE(self.defined(), variant, ": argument '", x,
                     "' is None; the in-place variant writes its result into it");
-  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, variant, ": argument '", x,
-              "' is expanded (a stride of 0, strides ", self.sym_strides(),
-              "): several of its elements share memory, so it cannot hold the result; pass a "
-              "tensor that owns its elements (.contiguous()) or call ",
-              name_);
+  check_not_expanded(variant, name_, x, self);
   // The functional op on the same arguments (below ADInplaceOrView, as this kernel runs), in
   // x's dtype: in-place ops are not cast by autocast (ATen's are not either).
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
@@ -144,11 +214,7 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
     handle_->callBoxed(call);
   }
   const at::Tensor result = call.at(0).toTensor();
-  TORCH_CHECK(result.sym_sizes() == self.sym_sizes() && result.scalar_type() == self.scalar_type(),
-              variant, ": argument '", x, "' receives the result, which must have its sizes and ",
-              "dtype: the result of ", name_, " is ", result.sym_sizes(), " ", result.scalar_type(),
-              ", argument '", x, "' is ", self.sym_sizes(), " ", self.scalar_type(),
-              " (nothing was written); call ", name_);
+  check_result_fits(variant, name_, x, result, self);
   self.copy_(result);
   torch::jit::drop(*stack, n);
   stack->emplace_back(self);

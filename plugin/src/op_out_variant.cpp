@@ -145,17 +145,14 @@ void OpCore::define_out_overload(const std::source_location& loc) {
   // code calls the functional op, and the overload serves eager callers and the harness.
   lib->def(std::move(out_schema));
   const std::string overload = name_.substr(name_.find("::") + 2) + ".out";
-  const std::pair<c10::DispatchKey, int> keys[] = {
-      {c10::DispatchKey::CPU, kOutCpu},
-      {c10::DispatchKey::CUDA, kOutCuda},
-      {c10::DispatchKey::Meta, kOutMeta},
-      {c10::DispatchKey::Autograd, kOutAutograd},
-      {c10::DispatchKey::ADInplaceOrView, kOutInplace}};
-  for (const auto& [key, index] : keys) {
-    lib->impl(overload.c_str(),
-              torch::dispatch(key, torch::CppFunction::makeFromBoxedFunctor(
-                                       std::make_unique<OutVariantKernel>(this, index))));
-  }
+  detail::impl_at_keys(
+      *lib, overload,
+      {{c10::DispatchKey::CPU, kOutCpu},
+       {c10::DispatchKey::CUDA, kOutCuda},
+       {c10::DispatchKey::Meta, kOutMeta},
+       {c10::DispatchKey::Autograd, kOutAutograd},
+       {c10::DispatchKey::ADInplaceOrView, kOutInplace}},
+      [this](int index) { return std::make_unique<OutVariantKernel>(this, index); });
   libraries_.push_back(std::move(lib));
   out_handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(name_.c_str(), "out");
 }

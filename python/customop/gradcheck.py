@@ -155,8 +155,8 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         torch.compile(fullgraph=True) with Inductor's out= lowering active for the op, and
         fails the report ("compiled") when an output or a written argument differs, naming
         it and the greatest difference; report["compiled"] holds what it saw
-        (customop/_compiled_check.py). About 20 s the first time in a process (Inductor's
-        start-up), then well under a second per sample;
+        (customop/_compiled_check.py). Its cost, measured on a 2-core CPU machine: 24-34 s the
+        first time in a process (Inductor's start-up), then 0.1-0.4 s per sample;
       - dtype=torch.bfloat16 (or float16, float32, float64): every floating tensor of each
         sample is cast to it first (requires_grad kept). float16/bfloat16 are judged by the
         low-precision rule (a precise float64 run on the same rounded values; README

@@ -2,7 +2,8 @@
 // schema and tag, the result written into the first argument through the functional op's
 // kernel (any layout, memory shared with another argument), the version bump, the refusals
 // (grad, an expanded argument, a result of other sizes or dtype) leaving the argument
-// unchanged, the fake kernel, and the declaration's refusals.
+// unchanged, the opt-in to grads through the functional op (InplaceGrad::kThroughFunctional),
+// the fake kernel, and the declaration's refusals.
 
 #include "support/error_message.h"
 
@@ -144,6 +145,94 @@ TEST(InplaceVariant, MetaTensorsAndInferenceMode) {
   EXPECT_TRUE(at::allclose(y, want));
 }
 
+// row_scale again, differentiable in place (InplaceGrad::kThroughFunctional), with its
+// backward: d/dx (x * s + sum(x, -1)) . g = g * s + sum(g, -1); d/ds = sum over rows of g * x.
+struct ScaleSaved {
+  at::Tensor x;
+  at::Tensor scale;
+};
+struct RowScaleGrads {
+  at::Tensor x;
+  at::Tensor scale;
+};
+
+customop::Op<RowScaleArgs>& row_scale_grad_op() {
+  static auto& op = []() -> customop::Op<RowScaleArgs>& {
+    auto& o = customop::define<RowScaleArgs>(
+        "core_inplace::row_scale_grad(Tensor x, Tensor scale, *, bool widen=False) -> Tensor");
+    o.shape([](const RowScaleArgs& a) { return customop::TensorSpec::like(a.x); });
+    o.impl(c10::DeviceType::CPU, [](const RowScaleArgs& a, const at::Tensor& out) {
+      out.copy_(a.x * a.scale + a.x.sum(-1, /*keepdim=*/true));
+    });
+    o.inplace_variant(customop::InplaceGrad::kThroughFunctional);
+    o.impl_autograd(
+        [](const RowScaleArgs& a, const at::Tensor&) {
+          return ScaleSaved{a.x, a.scale};
+        },
+        [](const ScaleSaved& s, const at::Tensor& g) {
+          return RowScaleGrads{g * s.scale + g.sum(-1, /*keepdim=*/true),
+                               (g * s.x).sum_to_size(s.scale.sizes())};
+        });
+    return o;
+  }();
+  return op;
+}
+
+at::Tensor call_inplace_grad(const at::Tensor& x, const at::Tensor& s) {
+  row_scale_grad_op();
+  static const auto h = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("core_inplace::row_scale_grad_", "")
+                            .typed<at::Tensor&(at::Tensor&, const at::Tensor&, bool)>();
+  return h.call(const_cast<at::Tensor&>(x), s, false);
+}
+
+TEST(InplaceVariant, OptedInGradsAreTheFunctionalOpsThroughTheWrite) {
+  EXPECT_EQ(row_scale_grad_op().inplace_grad(), customop::InplaceGrad::kThroughFunctional);
+  EXPECT_EQ(row_scale_op().inplace_grad(), customop::InplaceGrad::kRefuse);
+  const at::Tensor x0 = at::randn({3, 4}, at::kDouble);
+  const at::Tensor s0 = at::randn({4}, at::kDouble);
+  const at::Tensor g = at::randn({3, 4}, at::kDouble);
+  const at::Tensor xf = x0.clone().requires_grad_();
+  const at::Tensor sf = s0.clone().requires_grad_();
+  row_scale_grad_op()(RowScaleArgs{xf, sf}).backward(g);
+  const at::Tensor xi = x0.clone().requires_grad_();
+  const at::Tensor si = s0.clone().requires_grad_();
+  const at::Tensor a = xi * 1.0;  // not a leaf: written in place
+  const auto version = a._version();
+  const at::Tensor r = call_inplace_grad(a, si);
+  EXPECT_TRUE(r.is_same(a));
+  EXPECT_GT(a._version(), version);
+  EXPECT_TRUE(at::allclose(a.detach(), expected(x0, s0)));
+  a.backward(g);
+  EXPECT_TRUE(at::allclose(xi.grad(), xf.grad()));
+  EXPECT_TRUE(at::allclose(si.grad(), sf.grad()));
+  // Only the weight requires grad: x's old value was saved for it (a clone), so the write is
+  // safe.
+  const at::Tensor s2 = s0.clone().requires_grad_();
+  const at::Tensor b = x0.clone();
+  call_inplace_grad(b, s2).backward(g);
+  EXPECT_TRUE(at::allclose(s2.grad(), sf.grad()));
+}
+
+TEST(InplaceVariant, OptedInRefusesLeavesAndSeesOverwrittenSavedTensors) {
+  const at::Tensor s = at::randn({4}, at::kDouble);
+  const at::Tensor leaf = at::randn({3, 4}, at::kDouble).requires_grad_();
+  const at::Tensor before = leaf.detach().clone();
+  EXPECT_THAT(error_message([&] { call_inplace_grad(leaf, s); }),
+              AllOf(HasSubstr("core_inplace::row_scale_grad_: argument 'x' is a leaf tensor "
+                              "that requires grad"),
+                    HasSubstr("x.clone()")));
+  EXPECT_THAT(error_message([&] { call_inplace_grad(leaf[0], s); }),
+              HasSubstr("argument 'x' is a view of a leaf tensor that requires grad"));
+  EXPECT_TRUE(at::equal(leaf.detach(), before));
+  // A tensor saved for backward (a, by a * a) and then overwritten: backward raises.
+  const at::Tensor a = leaf * 1.0;
+  const at::Tensor sq = a * a;
+  call_inplace_grad(a, s);
+  EXPECT_THAT(error_message([&] { sq.sum().backward(); }),
+              HasSubstr("modified by an inplace operation"));
+}
+
 struct NoTensorFirstArgs {
   double a = 0;
   at::Tensor x;
@@ -163,6 +252,27 @@ TEST(InplaceVariant, DeclarationRefusals) {
               HasSubstr("this one writes its arguments already"));
   EXPECT_THAT(error_message([&] { row_scale_op().inplace_variant(); }),
               HasSubstr("inplace_variant() is declared twice"));
+  // Opted in without a backward: refused at the call, naming what is missing.
+  auto& no_backward = customop::define<RowScaleArgs>(
+      "core_inplace::row_scale_nb(Tensor x, Tensor scale, *, bool widen=False) -> Tensor");
+  no_backward.shape([](const RowScaleArgs& a) { return customop::TensorSpec::like(a.x); });
+  no_backward.impl(c10::DeviceType::CPU,
+                   [](const RowScaleArgs& a, const at::Tensor& out) { out.copy_(a.x * a.scale); });
+  no_backward.inplace_variant(customop::InplaceGrad::kThroughFunctional);
+  const auto h = c10::Dispatcher::singleton()
+                     .findSchemaOrThrow("core_inplace::row_scale_nb_", "")
+                     .typed<at::Tensor&(at::Tensor&, const at::Tensor&, bool)>();
+  at::Tensor x = at::randn({3, 4}, at::kDouble);
+  const at::Tensor s = at::randn({4}, at::kDouble).requires_grad_();
+  const at::Tensor before = x.clone();
+  EXPECT_THAT(error_message([&] { h.call(x, s, false); }),
+              AllOf(HasSubstr("core_inplace::row_scale_nb_: an argument requires grad"),
+                    HasSubstr("has no backward")));
+  EXPECT_TRUE(at::equal(x, before));
+  EXPECT_THAT(error_message([&] {
+                row_scale_grad_op().inplace_variant(static_cast<customop::InplaceGrad>(7));
+              }),
+              HasSubstr("got InplaceGrad value 7"));
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 namespace {
 
 namespace gc = customop::gradcheck;
+using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 gc::GradcheckOptions report_only() {
@@ -74,7 +76,20 @@ TEST(SchemaCorpus, EveryBugCaughtByItsCheckAndNoFalseAlarm) {
       }
     }
   }
-  EXPECT_EQ(bugs, 8);
+  EXPECT_EQ(bugs, 9);
+}
+
+TEST(SchemaCorpus, InplaceVariantThatLosesTheGradNamesArgumentAndElement) {
+  const auto r = check_first_sample("customop_mutants::halve_loses_grad");
+  EXPECT_THAT(r.message(),
+              AllOf(HasSubstr("customop_mutants::halve_loses_grad_ gives a grad of argument 'x' "
+                              "that disagrees with the functional op's"),
+                    HasSubstr("element [0, 0]")));
+  // The twin, differentiable through halve's backward: the grads agree.
+  const auto twin = check_first_sample("customop_mutants::halve");
+  EXPECT_TRUE(twin.passed) << twin.message();
+  EXPECT_THAT(twin.notes, Contains("inplace variant: customop_mutants::halve_'s grads of 'x' "
+                                   "match the functional op's (VJP, same cotangent)"));
 }
 
 TEST(SchemaCorpus, MissingVersionBumpNamesTheArgument) {

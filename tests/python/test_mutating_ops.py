@@ -225,3 +225,53 @@ def test_inplace_variant_is_checked_by_the_harness():
     assert report["passed"], customop.gradcheck.format_failure(report)
     assert any(n.startswith("inplace variant: customop::rms_norm_ wrote the functional op's "
                             "result into 'input' (2 layout(s))") for n in report["notes"])
+
+
+def test_rms_norm_inplace_gives_the_functional_grads_eager_and_compiled():
+    # rms_norm_ opts in (InplaceGrad::kThroughFunctional): y = 2 x; rms_norm_(y, w) must give
+    # the values and grads of rms_norm(2 x, w), eagerly and through AOTAutograd.
+    x0, w0 = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    g = torch.randn(4, 8, dtype=torch.float64)
+
+    def functional(x, w):
+        return torch.ops.customop.rms_norm(x * 2, w, 1e-6)
+
+    def inplace(x, w):
+        y = x * 2
+        torch.ops.customop.rms_norm_(y, w, 1e-6)
+        return y
+
+    def run(f):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        out = f(x, w)
+        out.backward(g)
+        return out.detach(), x.grad, w.grad
+
+    want = run(functional)
+    for got in (run(inplace), run(torch.compile(inplace, fullgraph=True, dynamic=True))):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    leaf = x0.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="argument 'input' is a leaf tensor that requires grad"):
+        torch.ops.customop.rms_norm_(leaf, w0, 1e-6)
+    assert torch.equal(leaf.detach(), x0)
+    # bias_gelu_ keeps the default: an argument that requires grad is refused.
+    with pytest.raises(RuntimeError, match="not differentiable, but argument 'bias' requires grad"):
+        torch.ops.customop.bias_gelu_(x0.clone(), torch.randn(8, dtype=torch.float64,
+                                                              requires_grad=True))
+
+
+def test_harness_compares_the_inplace_grads():
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    [report] = customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w)],
+                                        check_compiled=False)
+    assert report["passed"], customop.gradcheck.format_failure(report)
+    assert ("inplace variant: customop::rms_norm_'s grads of 'input', 'weight' match the "
+            "functional op's (VJP, same cotangent)") in report["notes"]
+    b = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    [report] = customop.gradcheck.check(torch.ops.customop.bias_gelu, [(x, b)],
+                                        check_compiled=False)
+    assert report["passed"], customop.gradcheck.format_failure(report)
+    assert any(n.startswith("inplace variant: customop::bias_gelu_ refuses arguments that "
+                            "require grad, leaving them unchanged") for n in report["notes"])

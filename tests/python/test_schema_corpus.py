@@ -37,6 +37,7 @@ CORPUS = {
     "halve_upcasts": ("halve", "fake_kernel"),
     "add_iota_walks_memory": ("add_iota", "inplace_variant"),
     "add_iota_no_bump": ("add_iota", "inplace_variant"),
+    "halve_loses_grad": ("halve", "inplace_variant"),
     "scale3_out_off": ("scale3", "out_variant"),
     "scale3_out_reads": ("scale3", "out_variant"),
 }
@@ -49,6 +50,7 @@ OPCHECK_ON_PINNED_TORCH = {
     "halve_upcasts": None,
     "add_iota_walks_memory": None,
     "add_iota_no_bump": None,
+    "halve_loses_grad": None,
     "scale3_out_off": None,
     "scale3_out_reads": None,
 }

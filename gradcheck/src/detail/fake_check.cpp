@@ -72,8 +72,7 @@ FakeOutcome compare_fake_and_real(const c10::OperatorHandle& op, const torch::ji
                                   const std::string& on, GradcheckResult& result) {
   const c10::AutoGradMode no_grad(false);
   // Copies: an op may write its arguments (declared or not); the caller's stay as they are.
-  torch::jit::Stack real = map_stack_tensors(
-      args, [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; });
+  torch::jit::Stack real = clone_stack_detached(args);
   try {
     op.callBoxed(real);
   } catch (const std::exception&) {

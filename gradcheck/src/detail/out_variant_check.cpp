@@ -44,10 +44,6 @@ std::optional<c10::OperatorHandle> out_overload_of(const c10::OperatorHandle& op
   return c10::Dispatcher::singleton().findSchema({schema.name(), "out"});
 }
 
-torch::jit::Stack out_check_clone_args(const torch::jit::Stack& args) {
-  return map_stack_tensors(args, [](const at::Tensor& t) { return t.detach().clone(); });
-}
-
 // How an out buffer is made for one trial, from the functional result `r`.
 enum class Buffer : std::uint8_t { kNaN, kLarge, kNonContiguous, kEmpty, kWrongSize };
 
@@ -108,7 +104,7 @@ void check_out_variant(const c10::OperatorHandle& op, const torch::jit::Stack& a
     return;
   }
   const at::NoGradGuard no_grad;
-  torch::jit::Stack functional = out_check_clone_args(args);
+  torch::jit::Stack functional = clone_stack_detached(args);
   try {
     op.callBoxed(functional);
   } catch (const std::exception&) {
@@ -122,7 +118,7 @@ void check_out_variant(const c10::OperatorHandle& op, const torch::jit::Stack& a
   int agreed = 0;
   for (const Buffer b :
        {Buffer::kNaN, Buffer::kLarge, Buffer::kNonContiguous, Buffer::kEmpty, Buffer::kWrongSize}) {
-    torch::jit::Stack call = out_check_clone_args(args);
+    torch::jit::Stack call = clone_stack_detached(args);
     std::vector<at::Tensor> buffers;
     for (const auto& r : want) {
       buffers.push_back(make_out_buffer(r, b));

@@ -34,4 +34,10 @@ torch::jit::Stack map_stack_tensors(const torch::jit::Stack& args, F f) {
   return out;
 }
 
+/// A copy of `args` whose tensors are detached clones: the op checks call an op on these so
+/// that the caller's sample is never written and no graph is recorded.
+inline torch::jit::Stack clone_stack_detached(const torch::jit::Stack& args) {
+  return map_stack_tensors(args, [](const at::Tensor& t) { return t.detach().clone(); });
+}
+
 }  // namespace customop::gradcheck::detail

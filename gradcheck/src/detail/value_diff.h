@@ -15,4 +15,8 @@ namespace customop::gradcheck::detail {
 /// device (compared on the CPU).
 std::string first_difference(const at::Tensor& got, const at::Tensor& want);
 
+/// As above with the tolerance given: floating values agree within `eps`, relative and absolute
+/// (|got - want| <= eps * |want| + eps).
+std::string first_difference(const at::Tensor& got, const at::Tensor& want, double eps);
+
 }  // namespace customop::gradcheck::detail

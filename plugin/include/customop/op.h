@@ -257,18 +257,23 @@ class Op final : public OpCore {
   /// torch.export treat it as ATen's in-place ops. It runs the functional op (shape function
   /// and kernel, every device, Meta included) and copies the result into x, which must have
   /// the result's sizes and dtype (else c10::Error naming both, and x is left unchanged); x may
-  /// share memory with another argument. An expanded x (stride 0) is refused. It is not
-  /// differentiable: under grad mode an argument that requires grad is refused, naming it. x's
-  /// version is bumped. The harness checks it against the functional op (check_inplace_variant).
-  /// \param loc  where it is declared; named in errors
+  /// share memory with another argument. An expanded x (stride 0) is refused. Autograd: by
+  /// default (InplaceGrad::kRefuse) it is not differentiable, and under grad mode an argument
+  /// that requires grad is refused, naming it; InplaceGrad::kThroughFunctional opts in to grads
+  /// through the functional op's backward (see InplaceGrad). x's version is bumped. The harness
+  /// checks it against the functional op, values and grads (check_inplace_variant).
+  /// \param grad  kRefuse (default) or kThroughFunctional
+  /// \param loc   where it is declared; named in errors
   /// \returns    *this, for chaining
   /// \throws c10::ValueError naming the op and `loc` when the op writes its arguments, was
   ///         wrapped, does not return exactly one Tensor, has no positional Tensor first argument,
   ///         or `ns::name_` is already registered; c10::Error when declared twice.
   /// Example:
   ///   op.inplace_variant();   // myns::row_scale_(Tensor(a!) x, Tensor scale) -> Tensor(a!)
-  Op& inplace_variant(std::source_location loc = std::source_location::current()) {
-    define_inplace_variant(loc);
+  ///   // or, differentiable in training: op.inplace_variant(InplaceGrad::kThroughFunctional);
+  Op& inplace_variant(InplaceGrad grad = InplaceGrad::kRefuse,
+                      std::source_location loc = std::source_location::current()) {
+    define_inplace_variant(grad, loc);
     return *this;
   }
 

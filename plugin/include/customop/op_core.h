@@ -16,6 +16,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -124,6 +125,22 @@ struct KernelEntry {
 
 }  // namespace detail
 
+/// How an op's in-place variant (Op::inplace_variant) meets autograd, when called under grad
+/// mode with an argument that requires grad.
+enum class InplaceGrad : std::uint8_t {
+  /// Refused: c10::Error naming the variant and the argument; every argument is left unchanged.
+  kRefuse,
+  /// Differentiable through the functional op's backward, with the semantics of
+  /// autograd.Function's mark_dirty: x's old value is cloned (an autograd-recorded copy, so grads
+  /// reach x's history), the functional op runs on the clone with its own autograd, and the
+  /// result is copied into x (Tensor.copy_), whose history then ends in the functional op's
+  /// backward; a tensor saved earlier from x and needed later raises ("modified by an inplace
+  /// operation"). Costs one more copy of x than the no-grad path. Refused, naming the argument:
+  /// x a leaf that requires grad, or a view of one (torch refuses in-place writes to them too),
+  /// and an op without a backward (impl_autograd).
+  kThroughFunctional,
+};
+
 /// The schema-level state of a customop op; `Op<Args, Ret>` adds the typed parts.
 /// Thread-safety: calls may run on any number of threads, also while another thread registers
 /// a kernel or a formula half (each is published atomically; a call sees it or not). Two
@@ -182,6 +199,9 @@ class OpCore {
   const c10::OperatorHandle* inplace_handle() const {
     return inplace_handle_ ? &*inplace_handle_ : nullptr;
   }
+  /// How the in-place variant meets autograd (Op::inplace_variant's argument; kRefuse when the
+  /// op declared none).
+  InplaceGrad inplace_grad() const { return inplace_grad_; }
   /// True when both save_for_backward and backward are registered.
   bool has_autograd() const {
     return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
@@ -261,7 +281,7 @@ class OpCore {
   /// argument.
   void note_shape(std::source_location loc);
   /// Defines the in-place variant (Op::inplace_variant); throws as it documents.
-  void define_inplace_variant(const std::source_location& loc);
+  void define_inplace_variant(InplaceGrad grad, const std::source_location& loc);
   /// The typed half of an out= overload's kernel for `device` (Meta: its fake kernel): `fn`
   /// gets the functional arguments followed by one out tensor per return, and leaves the out
   /// tensors on the stack. Throws c10::Error naming the op when `device` has one already.
@@ -381,12 +401,15 @@ class OpCore {
   std::vector<std::string> out_names_;
   std::optional<c10::OperatorHandle> out_handle_;
   /// The in-place variant (op_inplace_variant.cpp): its kernels at the device keys and Meta
-  /// (the functional op, then a copy into the first argument), Autograd (refuses grad) and
-  /// ADInplaceOrView (bumps the first argument's version).
+  /// (the functional op, then a copy into the first argument), Autograd (refuses grad, or
+  /// differentiates through the functional op: inplace_autograd) and ADInplaceOrView (bumps
+  /// the first argument's version).
   friend struct InplaceVariantKernel;
   void inplace_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
                       torch::jit::Stack* stack) const;
+  void inplace_autograd(torch::jit::Stack* stack) const;
   std::optional<c10::OperatorHandle> inplace_handle_;
+  InplaceGrad inplace_grad_ = InplaceGrad::kRefuse;
   std::atomic<const detail::KernelEntry*> out_kernels_[3] = {nullptr, nullptr, nullptr};
 
   std::string name_;

@@ -101,6 +101,10 @@ const std::vector<SchemaCorpusEntry>& schema_corpus() {
       {"customop_mutants::add_iota_no_bump", "customop_mutants::add_iota",
        "in-place variant registered by hand writes below ADInplaceOrView: no version bump",
        "inplace_variant"},
+      {"customop_mutants::halve_loses_grad", "customop_mutants::halve",
+       "in-place variant registered by hand at the Autograd key writes below ADInplaceOrView "
+       "and records no backward: grads pass through as the identity's",
+       "inplace_variant"},
       {"customop_mutants::scale3_out_off", "customop_mutants::scale3",
        "out= overload registered by hand computes 3.003 x, the functional op 3 x", "out_variant"},
       {"customop_mutants::scale3_out_reads", "customop_mutants::scale3",

@@ -145,6 +145,24 @@ void define_halve(const char* schema, bool upcasts) {
   op.impl_save_for_backward([](const XArgs&, const at::Tensor&) { return NoSaved{}; });
   op.impl_backward([](const NoSaved&, const at::Tensor& g) { return Grads{{"x", g * 0.5}}; });
   op.samples(&matrix_samples);
+  // halve_(Tensor(a!) x) -> Tensor(a!), differentiable through halve's backward: the correct
+  // twin of halve_loses_grad.
+  if (!upcasts) op.inplace_variant(customop::InplaceGrad::kThroughFunctional);
+}
+
+at::Tensor halve_functional(const at::Tensor& x) { return x * 0.5; }
+
+// Planted, registered by hand at the Autograd key: the right values and a version bump, but
+// written below ADInplaceOrView with no backward recorded, so x keeps its previous history and
+// its grads pass through as if the op were the identity (opcheck's autograd registration test
+// sees an Autograd kernel and is content).
+at::Tensor& halve_loses_grad_(at::Tensor& x) {
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    x.mul_(0.5);
+  }
+  if (!x.is_inference()) torch::autograd::impl::bump_version(x);
+  return x;
 }
 
 // ---- scale3: 3 x, and an out= overload registered by hand ---------------------------------
@@ -236,7 +254,7 @@ TORCH_LIBRARY_FRAGMENT(customop_mutants, m) {
   }
 }
 TORCH_LIBRARY_FRAGMENT(customop_mutants, m) {
-  for (const char* name : {"add_iota_walks_memory", "add_iota_no_bump"}) {
+  for (const char* name : {"add_iota_walks_memory", "add_iota_no_bump", "halve_loses_grad"}) {
     m.def((std::string(name) + "(Tensor x) -> Tensor").c_str());
     m.def((std::string(name) + "_(Tensor(a!) x) -> Tensor(a!)").c_str(), {at::Tag::inplace});
   }
@@ -244,6 +262,7 @@ TORCH_LIBRARY_FRAGMENT(customop_mutants, m) {
 TORCH_LIBRARY_IMPL(customop_mutants, CompositeImplicitAutograd, m) {
   m.impl("add_iota_walks_memory", &customop_mutants::detail::add_iota_functional);
   m.impl("add_iota_no_bump", &customop_mutants::detail::add_iota_functional);
+  m.impl("halve_loses_grad", &customop_mutants::detail::halve_functional);
   m.impl("scale3", &customop_mutants::detail::scale3);
   m.impl("scale3_out_off", &customop_mutants::detail::scale3);
   m.impl("scale3_out_reads", &customop_mutants::detail::scale3);
@@ -255,7 +274,11 @@ TORCH_LIBRARY_IMPL(customop_mutants, CPU, m) {
   m.impl("scale3_out_reads.out", &customop_mutants::detail::scale3_out<2>);
   m.impl("add_iota_walks_memory_", &customop_mutants::detail::add_iota_walks_memory_);
   m.impl("add_iota_no_bump_", &customop_mutants::detail::add_iota_no_bump_);
+  m.impl("halve_loses_grad_", &customop_mutants::detail::halve_loses_grad_);
 }
 TORCH_LIBRARY_IMPL(customop_mutants, Meta, m) {
   m.impl("add_one_no_bump_", &customop_mutants::detail::add_one_no_bump_meta);
+}
+TORCH_LIBRARY_IMPL(customop_mutants, Autograd, m) {
+  m.impl("halve_loses_grad_", &customop_mutants::detail::halve_loses_grad_);
 }

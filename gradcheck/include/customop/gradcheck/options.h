@@ -256,7 +256,11 @@ struct GradcheckOptions {
   /// that argument itself, keep its strides, and bump its version counter; a second call
   /// puts the first argument in a non-contiguous layout (last two dims transposed in memory).
   /// A sample the variant refuses (a result that cannot be written into the first argument:
-  /// another shape or dtype) is a note. Its cost: one functional and two in-place calls.
+  /// another shape or dtype) is a note. When arguments of the sample require grad, the variant
+  /// must then refuse them leaving every argument unchanged, or give the functional op's
+  /// grads: the VJP of `x' = x.clone(); name_(x', ...)` against the functional op's, same
+  /// cotangent, within a few hundred units of the dtype's epsilon. Its cost: one functional
+  /// and two in-place calls; with grads, one more of each and two VJPs.
   bool check_inplace_variant = true;
   /// Also run the op with each differentiable input, and give the VJP each grad_output, in
   /// non-contiguous layouts (a strided view of a larger buffer; the last two dims transposed
