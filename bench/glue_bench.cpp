@@ -1,5 +1,5 @@
 // Glue overhead, wall time: forward + backward of y = x * alpha on [1] and [4096] float32
-// through the four variants of glue_variants.h. Run all in one process (bench/run prints the
+// through the six variants of glue_variants.h. Run all in one process (bench/run prints the
 // ratios); never compare separate runs. glue_count.cpp counts instructions of the same loops.
 
 #include "glue_variants.h"

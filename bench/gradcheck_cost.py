@@ -9,10 +9,11 @@ torch.ops.customop.<op> (libcustomop_ops.so loaded with torch.ops.load_library).
 
 Cost, best of --reps interleaved repetitions:
 - wall seconds of the checks: the CLI's run "seconds" (--json summary: all cases, on --jobs
-  = every core at once, samples built and checks run; the layout variants off, as torch has
-  none), the sum of the time around each torch.autograd.gradcheck call (one ATen thread on
-  both sides: torch checks one case after another). Also the CLI on one thread, and the CLI
-  with the layout variants (their cost, reported apart);
+  = every core at once, samples built and checks run; the layout variants and the op checks
+  (fake kernel, mutation audit, out=, in-place: --no-op-checks) off, as torch has none),
+  the sum of the time around each torch.autograd.gradcheck call (one ATen thread on both
+  sides: torch checks one case after another). Also the CLI on one thread, the CLI
+  with the layout variants and the CLI with the op checks (their costs, reported apart);
 - the CLI warm, as torch is measured: the wall time of a run over the cases twice minus that
   of a run over them once (every core, no layout variants), i.e. the cost of a pass whose
   threads, allocator arenas and code pages are already warm. The once-only run stays
@@ -165,7 +166,7 @@ def run_torch(cases, fast):
     return rows
 
 
-def run_cli(cli, spec, fast, workdir, jobs, layout):
+def run_cli(cli, spec, fast, workdir, jobs, layout, op_checks=False):
     """The CLI's cases (from its --json), the wall time of its checks (the run's "seconds":
     cases on `jobs` threads at once) and its process wall time. `layout`: with the layout
     variants (their cost is reported apart, as the issue asks)."""
@@ -173,7 +174,8 @@ def run_cli(cli, spec, fast, workdir, jobs, layout):
     cmd = [cli, "--samples", spec, "--device", "cpu", "--mode", "fast" if fast else "slow",
            "--json", out, "-q", "--jobs", str(jobs),
            # the input subsets off in every run (torch has none; their cost is counted, not timed)
-           "--input-subsets", "none"] + ([] if layout else ["--no-layout-variants"])
+           "--input-subsets", "none"] + ([] if layout else ["--no-layout-variants"]) + \
+        ([] if op_checks else ["--no-op-checks"])
     t0 = time.perf_counter()
     # One ATen thread, as torch.set_num_threads(1) on the Python side.
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -259,6 +261,8 @@ def main():
                 wall[(mode, "cli_1job")] = min(wall[(mode, "cli_1job")], secs1)
                 layout_rows, secs_l, _ = run_cli(a.cli, spec_path, mode == "fast", tmp, jobs, True)
                 wall[(mode, "cli_layout")] = min(wall[(mode, "cli_layout")], secs_l)
+                _, secs_o, _ = run_cli(a.cli, spec_path, mode == "fast", tmp, jobs, False, True)
+                wall[(mode, "cli_op_checks")] = min(wall[(mode, "cli_op_checks")], secs_o)
                 _, secs2, _ = run_cli(a.cli, spec2_path, mode == "fast", tmp, jobs, False)
                 wall[(mode, "cli_twice")] = min(wall[(mode, "cli_twice")], secs2)
                 best[(mode, "layout")] = layout_rows
@@ -281,6 +285,7 @@ def main():
                 "cli_seconds_warm": wall[(mode, "cli_twice")] - wall[(mode, "cli")],
                 "cli_case_seconds": total(cli, "seconds"),
                 "cli_seconds_with_layout": wall[(mode, "cli_layout")],
+                "cli_seconds_with_op_checks": wall[(mode, "cli_op_checks")],
                 "layout_forward_calls": total(lay, "layout_forward_calls"),
                 "layout_vjp_calls": total(lay, "layout_vjp_calls"),
                 "layout_verdicts_equal": [r["passed"] for r in lay] == [r["passed"] for r in cli],

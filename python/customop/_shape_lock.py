@@ -9,7 +9,9 @@ for that one size, and the compiler recompiles or, under export, refuses. No err
 at the point where it happens.
 
 The check runs the fake kernel once on fake copies of a sample in which every dim of size 2 or
-more has its own symbol (no duck sizing: equal sizes are not assumed to stay equal), then asks
+more has its own symbol (no duck sizing: equal sizes are not assumed to stay equal), and so has
+every `SymInt` / `SymInt[]` argument of value 2 or more (a size passed as a number, as
+`new_zeros(Tensor self, SymInt[] size)` takes it), then asks
 the symbolic-shape environment which symbols it fixed to a constant. Relations between sizes
 (`x.size(1) == w.size(0)`, `n <= m`) are guards too, and allowed: they do not fix a size.
 Dims of size 0 or 1 stay static, as torch specializes them itself.
@@ -25,10 +27,64 @@ import torch
 from ._op_call import is_tensor_list, map_tensors, split_call
 
 
-def _fake_args(args, mode, symbols: list):
-    """Fake copies of `args` (tensors and lists of tensors) with a symbol per dim of size >= 2;
-    `symbols` gets (symbol, argument position, list element or None, dim)."""
+def _argument_types(schema_text: str) -> list[str]:
+    """The type of each argument of a schema's text, in order ("Tensor", "SymInt[]", ...).
+    torch's Python Argument objects spell SymInt as int, so the schema's text is read: the
+    argument list split at the commas outside brackets and quotes."""
+    start = schema_text.find("(")
+    depth, quote, parts, cur = 0, None, [], ""
+    for ch in schema_text[start + 1:]:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            if depth == 0:
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur)
+    return [p.split()[0] for p in (p.strip() for p in parts) if p and p != "*"]
+
+
+def _symint_positions(op) -> dict[int, bool]:
+    """{argument position: is a list} for the SymInt, SymInt? and SymInt[] arguments of `op`."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return {}
+    out = {}
+    for i, t in enumerate(_argument_types(str(schema))):
+        base = t.split("(")[0]
+        if base in ("SymInt", "SymInt?"):
+            out[i] = False
+        elif base.startswith("SymInt[") and base.rstrip("?").endswith("]"):
+            out[i] = True
+    return out
+
+
+def _fake_args(args, mode, symbols: list, symint_positions: dict[int, bool]):
+    """Fake copies of `args` (tensors and lists of tensors) with a symbol per dim of size >= 2,
+    and a symbol for each value >= 2 of a SymInt / SymInt[] argument (`symint_positions`);
+    `symbols` gets (symbol, argument position, list element or None, dim or None for a SymInt
+    argument, the sample's value)."""
+    from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    env = mode.shape_env
+
+    def sym_int(value, position: int, element):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            return value
+        source = ConstantSource(f"customop_arg{position}" + ("" if element is None else f"_{element}"))
+        expr = env.create_symbol(value, source=source, dynamic_dim=DimDynamic.DYNAMIC)
+        symbols.append((expr, position, element, None, value))
+        return env.create_symintnode(expr, hint=value, source=source)
 
     def fake(t: torch.Tensor, position: int, element):
         dynamic = [DimDynamic.DYNAMIC if s >= 2 else DimDynamic.STATIC for s in t.shape]
@@ -41,7 +97,11 @@ def _fake_args(args, mode, symbols: list):
 
     out = []
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
+        if i in symint_positions and isinstance(a, (list, tuple)):
+            out.append([sym_int(v, i, k) for k, v in enumerate(a)])
+        elif i in symint_positions:
+            out.append(sym_int(a, i, None))
+        elif isinstance(a, torch.Tensor):
             out.append(fake(a, i, None))
         elif is_tensor_list(a):
             out.append([fake(v, i, k) for k, v in enumerate(a)])
@@ -67,8 +127,9 @@ def check_shape_lock(op, args: list, arg_names: list[str]) -> dict:
     """Runs `op` (an OpOverload) under FakeTensorMode on `args` with symbolic sizes.
 
     Returns {"passed": bool, "symbols": n (sizes made symbolic), "locked": [{"argument",
-    "dim", "size", "where"}], "guards": [str]} or, when the op has no fake kernel or the
-    sample has no dim of size 2 or more, {"passed": True, "not_run": reason}. A fake kernel
+    "dim" (None for a SymInt argument), "size", "where"}], "guards": [str]} or, when the op has
+    no fake kernel or the sample has no dim or SymInt of 2 or more, {"passed": True,
+    "not_run": reason}. A fake kernel
     that raises under symbolic sizes fails: {"passed": False, "error": message}. Never raises
     for what the op does (KeyboardInterrupt and SystemExit propagate).
     """
@@ -80,9 +141,9 @@ def check_shape_lock(op, args: list, arg_names: list[str]) -> dict:
     symbols: list = []
     detached = map_tensors(args, torch.Tensor.detach)
     with mode:
-        fakes = _fake_args(detached, mode, symbols)
+        fakes = _fake_args(detached, mode, symbols, _symint_positions(op))
     if not symbols:
-        return {"passed": True, "not_run": "no dim of size 2 or more to make symbolic"}
+        return {"passed": True, "not_run": "no dim or SymInt of 2 or more to make symbolic"}
     try:
         positional, keywords = split_call(op, fakes)
         with mode, torch.no_grad():
@@ -115,7 +176,9 @@ def format_shape_lock(name: str, report: dict) -> tuple[str, str]:
                 f"  {report['error']}\n  it must compute its outputs from sym_size()/sym_sizes() "
                 f"(SymInt), as torch.compile(dynamic=True) and torch.export call it")
     lines = [f"  argument '{lk['argument']}' dim {lk['dim']} (size {lk['size']} in the sample): "
-             f"{lk['where']}" for lk in report["locked"]]
+             f"{lk['where']}" if lk["dim"] is not None else
+             f"  argument '{lk['argument']}' (SymInt, {lk['size']} in the sample): {lk['where']}"
+             for lk in report["locked"]]
     return (f"fake kernel of {name} locks {len(report['locked'])} of {report['symbols']} "
             f"symbolic sizes to their sample values",
             "\n".join(lines) + "\n  a compiled graph then holds for these sizes only: compute "

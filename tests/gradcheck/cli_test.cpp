@@ -111,6 +111,20 @@ TEST(Cli, MutatingOpGetsTheOpChecksNotASkip) {
   EXPECT_THAT(r.out, HasSubstr("1 passed, 0 failed, 0 skipped"));
 }
 
+// The fake-kernel check is on by default; --no-fake-kernel-check and --no-op-checks turn it
+// off (bench/run compares the gradient checks alone with torch.autograd.gradcheck).
+TEST(Cli, OpChecksCanBeTurnedOff) {
+  const std::string op =
+      kLoad + "--op customop_mutants::tall_copy_fake_contiguous --device cpu --dtype float64 ";
+  const CliRun on = cli(op);
+  EXPECT_EQ(on.code, 1) << on.out;
+  EXPECT_THAT(on.out, HasSubstr("fake"));
+  for (const char* flag : {"--no-fake-kernel-check", "--no-op-checks"}) {
+    const CliRun off = cli(op + flag);
+    EXPECT_EQ(off.code, 0) << flag << "\n" << off.out;
+  }
+}
+
 TEST(Cli, MutantExitsOneWithReportJsonAndHeatmap) {
   const std::string json_path = temp_path("customop_gradcheck_cli.json");
   const std::string dir = temp_path("customop_gradcheck_cli_heatmaps");

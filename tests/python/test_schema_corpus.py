@@ -135,6 +135,30 @@ def test_shape_lock_python_fake_names_the_line():
     assert "test_schema_corpus.py" in lock["locked"][0]["where"]
 
 
+def _tile_rows_fake(lock: bool):
+    def fake(x, n):
+        rows = int(n) if lock else n  # int(n): the planted lock of a SymInt argument
+        return x.new_empty((rows * x.shape[0], x.shape[1]))
+    return fake
+
+
+def test_shape_lock_covers_symint_arguments():
+    lib = torch.library.Library("schema_corpus_py", "FRAGMENT")  # noqa: F841 -- kept alive
+    for name, lock in (("tile_rows", False), ("tile_rows_locked", True)):
+        torch.library.define(f"schema_corpus_py::{name}", "(Tensor x, SymInt n) -> Tensor", lib=lib)
+        torch.library.impl(f"schema_corpus_py::{name}", "cpu", lambda x, n: x.repeat(n, 1), lib=lib)
+        torch.library.register_fake(f"schema_corpus_py::{name}", _tile_rows_fake(lock), lib=lib)
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    # No autograd kernels: the gradient checks fail; the lock is what this tests.
+    ok = gc.check("schema_corpus_py::tile_rows", [(x, 3)], check_compiled=False)[0]
+    assert ok["shape_lock"]["passed"] and ok["shape_lock"]["symbols"] == 3, ok["shape_lock"]
+    bad = gc.check("schema_corpus_py::tile_rows_locked", [(x, 3)], check_compiled=False)[0]
+    lock = bad["shape_lock"]
+    assert [(lk["argument"], lk["dim"], lk["size"]) for lk in lock["locked"]] == [("n", None, 3)]
+    assert "test_schema_corpus.py" in lock["locked"][0]["where"]
+    assert "argument 'n' (SymInt, 3 in the sample)" in gc.format_failure(bad)
+
+
 def test_shape_lock_can_be_turned_off():
     report = gc.check(torch.ops.customop_mutants.pad_row_locks_size, [_sample("pad_row")],
                       check_shape_lock=False)[0]
