@@ -22,6 +22,8 @@
 #include <torch/library.h>
 
 #include <sstream>
+#include <string>
+#include <utility>
 
 namespace customop {
 
@@ -120,6 +122,24 @@ void check_not_expanded(const std::string& variant, const std::string& functiona
               functional);
 }
 
+// Runs the functional op `functional` on `call` (autocast excluded: in-place ops keep x's dtype,
+// as ATen's are not cast either), checks that its result fits `self` (x) before anything is
+// written, copies it into x, and leaves x as the variant's result in place of its `n` arguments
+// on `stack`.
+void write_functional_result(const c10::OperatorHandle& functional, const std::string& variant,
+                             const std::string& x, torch::jit::Stack call, const at::Tensor& self,
+                             size_t n, torch::jit::Stack* stack) {
+  {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    functional.callBoxed(call);
+  }
+  const at::Tensor result = call.at(0).toTensor();
+  check_result_fits(variant, functional.schema().name(), x, result, self);
+  self.copy_(result);
+  torch::jit::drop(*stack, n);
+  stack->emplace_back(self);
+}
+
 }  // namespace
 
 void OpCore::inplace_autograd(torch::jit::Stack* stack) const {
@@ -148,19 +168,10 @@ void OpCore::inplace_autograd(torch::jit::Stack* stack) const {
   check_not_expanded(variant, name_, x, self);
   // clone -> functional op -> copy_, each from the top of the dispatcher, so autograd records
   // CloneBackward, the functional op's backward and CopyBackwards: the grads are the
-  // functional op's, and x's new history is that chain. Autocast is excluded as on the no-grad
-  // path (in-place ops keep x's dtype).
+  // functional op's, and x's new history is that chain.
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   call[0] = self.clone();
-  {
-    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    handle_->callBoxed(call);
-  }
-  const at::Tensor result = call.at(0).toTensor();
-  check_result_fits(variant, name_, x, result, self);
-  self.copy_(result);
-  torch::jit::drop(*stack, n);
-  stack->emplace_back(self);
+  write_functional_result(*handle_, variant, x, std::move(call), self, n, stack);
 }
 
 void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
@@ -206,18 +217,9 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
   TORCH_CHECK_VALUE(self.defined(), variant, ": argument '", x,
                     "' is None; the in-place variant writes its result into it");
   check_not_expanded(variant, name_, x, self);
-  // The functional op on the same arguments (below ADInplaceOrView, as this kernel runs), in
-  // x's dtype: in-place ops are not cast by autocast (ATen's are not either).
+  // The functional op on the same arguments (below ADInplaceOrView, as this kernel runs).
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  {
-    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    handle_->callBoxed(call);
-  }
-  const at::Tensor result = call.at(0).toTensor();
-  check_result_fits(variant, name_, x, result, self);
-  self.copy_(result);
-  torch::jit::drop(*stack, n);
-  stack->emplace_back(self);
+  write_functional_result(*handle_, variant, x, std::move(call), self, n, stack);
 }
 
 }  // namespace customop
