@@ -16,6 +16,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/variable.h>
@@ -113,8 +114,19 @@ void check_result_fits(const std::string& variant, const std::string& functional
               self.scalar_type(), " (nothing was written); call ", functional);
 }
 
+// torch refuses an in-place write to an inference tensor outside InferenceMode (it has no
+// version counter); so does the variant, before anything is written. Checked on the device
+// path too: a call whose tensors are all inference tensors reaches no Autograd kernel.
+void check_writable_here(const std::string& variant, const std::string& x, const at::Tensor& self) {
+  TORCH_CHECK(!self.is_inference() || c10::InferenceMode::is_enabled(), variant, ": argument '", x,
+              "' is an inference tensor (made under torch.inference_mode) and this call is "
+              "outside InferenceMode; inference tensors cannot be written there. Clone it "
+              "outside InferenceMode first");
+}
+
 void check_not_expanded(const std::string& variant, const std::string& functional,
                         const std::string& x, const at::Tensor& self) {
+  check_writable_here(variant, x, self);
   TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, variant, ": argument '", x,
               "' is expanded (a stride of 0, strides ", self.sym_strides(),
               "): several of its elements share memory, so it cannot hold the result; pass a "

@@ -135,6 +135,12 @@ void OpCore::check_written_args(c10::DeviceType /*device*/, const torch::jit::St
   for (size_t i = 0; i < tensors.size(); ++i) {
     const NamedTensor& w = tensors[i];
     if (!w.written) continue;
+    // Also here, for a call whose tensors are all inference tensors: they have no
+    // ADInplaceOrView key, so only the device kernel sees the call.
+    TORCH_CHECK(!w.tensor.is_inference() || c10::InferenceMode::is_enabled(), name_, ": ", w.what,
+                " is written in place but is an inference tensor (made under "
+                "torch.inference_mode) and this call is outside InferenceMode; inference "
+                "tensors cannot be written there. Clone it outside InferenceMode first");
     TORCH_CHECK(at::has_internal_overlap(w.tensor) != at::MemOverlap::Yes, name_, ": ", w.what,
                 " is written in place, but several of its elements share one memory location (",
                 describe(w.tensor),

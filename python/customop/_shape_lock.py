@@ -22,6 +22,8 @@ API, so the C++ library and the CLI do not run this check.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ._op_call import is_tensor_list, map_tensors, split_call
@@ -110,12 +112,26 @@ def _fake_args(args, mode, symbols: list, symint_positions: dict[int, bool]):
     return out
 
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _guard_location(sloc) -> tuple[str, bool]:
+    """(where a guard was recorded, whether that is inside torch's own code): the frame's full
+    path when torch kept it (a user's file under a folder named torch is still the user's)."""
+    frame = getattr(sloc, "framework_loc", None)
+    if hasattr(frame, "filename"):
+        inside = os.path.abspath(frame.filename).startswith(_TORCH_DIR)
+        return f"{frame.filename}:{frame.lineno} in {frame.name}", inside
+    loc = str(sloc)
+    return loc, "_ops.py" in loc
+
+
 def _where(env, symbol) -> str:
     """Where the guard that fixed `symbol` was recorded."""
     for guard in env.guards:
         if symbol in guard.expr.free_symbols:
-            loc = str(guard.sloc)
-            if "_ops.py" in loc or "torch/" in loc:
+            loc, inside_torch = _guard_location(guard.sloc)
+            if inside_torch:
                 return (f"guard {guard.expr}, recorded inside the op's kernel (a C++ fake kernel "
                         f"has no Python frame: look for guard_int, expect_int, size() or an "
                         f"int64_t taken from a SymInt)")

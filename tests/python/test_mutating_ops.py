@@ -275,3 +275,48 @@ def test_harness_compares_the_inplace_grads():
     assert report["passed"], customop.gradcheck.format_failure(report)
     assert any(n.startswith("inplace variant: customop::bias_gelu_ refuses arguments that "
                             "require grad, leaving them unchanged") for n in report["notes"])
+
+
+_VIEW_NOTE = "not checked (an in-place view op, tagged inplace_view"
+_CAST_NOTE = "wrote the functional op's result (cast to its dtype)"
+
+
+@pytest.mark.parametrize("op, sample, note", [
+    (torch.ops.aten.t.default, lambda: (torch.randn(4, 5, dtype=torch.float64, requires_grad=True),),
+     _VIEW_NOTE),
+    (torch.ops.aten.squeeze.dim,
+     lambda: (torch.randn(4, 1, 5, dtype=torch.float64, requires_grad=True), 1), _VIEW_NOTE),
+    (torch.ops.aten.unsqueeze.default,
+     lambda: (torch.randn(4, 5, dtype=torch.float64, requires_grad=True), 1), _VIEW_NOTE),
+    # float32 self, float64 other: mul_/add_ keep self's dtype, the functional op promotes.
+    (torch.ops.aten.mul.Tensor, lambda: (torch.randn(4, 5, requires_grad=True),
+                                         torch.randn(4, 5, dtype=torch.float64, requires_grad=True)),
+     _CAST_NOTE),
+    (torch.ops.aten.add.Tensor, lambda: (torch.randn(4, 5, requires_grad=True),
+                                         torch.randn(4, 5, dtype=torch.float64, requires_grad=True)),
+     _CAST_NOTE),
+])
+def test_inplace_check_no_false_alarm_on_view_ops_and_type_promotion(op, sample, note):
+    # Found by a hostile-input probe: t_/squeeze_/unsqueeze_ (tagged inplace_view) change their
+    # argument's layout by design, and an in-place op keeps its argument's dtype (its grads
+    # then agree with the functional op's to float32's tolerance, not float64's).
+    [report] = customop.gradcheck.check(op, [sample()], check_compiled=False)
+    assert report["passed"], customop.gradcheck.format_failure(report)
+    assert any(note in n for n in report["notes"]), report["notes"]
+    if note == _CAST_NOTE:
+        assert any("grads of 'self', 'other' match" in n for n in report["notes"]), report["notes"]
+
+
+def test_inference_tensors_are_not_written_outside_inference_mode():
+    # As torch refuses x.mul_(2) for an inference tensor x outside InferenceMode, before writing.
+    with torch.inference_mode():
+        x, w, res = torch.randn(4, 8), torch.randn(8), torch.randn(4, 8)
+    before = x.clone()
+    with pytest.raises(RuntimeError, match="argument 'input' is an inference tensor"):
+        torch.ops.customop.rms_norm_(x, w, 1e-6)
+    with pytest.raises(RuntimeError, match="argument 'input' .*inference tensor"):
+        torch.ops.customop.fused_add_rms_norm_(x, res, w, 1e-6)
+    assert torch.equal(x, before)
+    with torch.inference_mode():
+        torch.ops.customop.rms_norm_(x, w, 1e-6)  # inside InferenceMode it writes
+    assert not torch.equal(x, before)

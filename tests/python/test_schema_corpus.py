@@ -159,6 +159,28 @@ def test_shape_lock_covers_symint_arguments():
     assert "argument 'n' (SymInt, 3 in the sample)" in gc.format_failure(bad)
 
 
+def test_shape_lock_names_a_user_file_under_a_folder_named_torch(tmp_path):
+    # Found by a hostile-input probe: a fake in <anything>/torch/fk.py was taken for torch's own
+    # code ("recorded inside the op's kernel").
+    import importlib.util
+    (tmp_path / "torch").mkdir()
+    path = tmp_path / "torch" / "fk.py"
+    path.write_text("def fake(x, n):\n    return x.new_empty((int(n) * x.shape[0], x.shape[1]))\n")
+    spec = importlib.util.spec_from_file_location("customop_probe_fk", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lib = torch.library.Library("schema_corpus_py", "FRAGMENT")  # noqa: F841 -- kept alive
+    torch.library.define("schema_corpus_py::tile_rows_torch_dir", "(Tensor x, SymInt n) -> Tensor",
+                         lib=lib)
+    torch.library.impl("schema_corpus_py::tile_rows_torch_dir", "cpu", lambda x, n: x.repeat(n, 1),
+                       lib=lib)
+    torch.library.register_fake("schema_corpus_py::tile_rows_torch_dir", module.fake, lib=lib)
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    report = gc.check("schema_corpus_py::tile_rows_torch_dir", [(x, 3)], check_compiled=False)[0]
+    where = report["shape_lock"]["locked"][0]["where"]
+    assert str(path) in where and "inside the op's kernel" not in where, where
+
+
 def test_shape_lock_can_be_turned_off():
     report = gc.check(torch.ops.customop_mutants.pad_row_locks_size, [_sample("pad_row")],
                       check_shape_lock=False)[0]
