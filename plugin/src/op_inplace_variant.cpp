@@ -141,9 +141,14 @@ void check_not_expanded(const std::string& variant, const std::string& functiona
 void write_functional_result(const c10::OperatorHandle& functional, const std::string& variant,
                              const std::string& x, torch::jit::Stack call, const at::Tensor& self,
                              size_t n, torch::jit::Stack* stack) {
-  {
+  try {
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     functional.callBoxed(call);
+  } catch (c10::Error& e) {
+    // The functional op's checks name the functional op; say which call the user made.
+    e.add_context(c10::str("raised while ", variant, " ran ", functional.schema().name(),
+                           " to compute the result it writes into '", x, "'; nothing was written"));
+    throw;
   }
   const at::Tensor result = call.at(0).toTensor();
   check_result_fits(variant, functional.schema().name(), x, result, self);

@@ -320,3 +320,13 @@ def test_inference_tensors_are_not_written_outside_inference_mode():
     with torch.inference_mode():
         torch.ops.customop.rms_norm_(x, w, 1e-6)  # inside InferenceMode it writes
     assert not torch.equal(x, before)
+
+
+def test_inplace_variant_errors_name_the_call_the_user_made():
+    # The functional op's checks name rms_norm; the context says rms_norm_ was called.
+    x, w = torch.randn(4, 8), torch.randn(8, dtype=torch.float64)
+    before = x.clone()
+    with pytest.raises(TypeError, match=r"weight must have the dtype of input .*raised while "
+                                        r"customop::rms_norm_ ran customop::rms_norm"):
+        torch.ops.customop.rms_norm_(x, w, 1e-6)
+    assert torch.equal(x, before)
