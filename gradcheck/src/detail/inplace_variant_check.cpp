@@ -193,15 +193,9 @@ void check_inplace_variant(const c10::OperatorHandle& op, const torch::jit::Stac
   const std::string x = variant->schema().arguments()[0].name();
   if (args.empty() || !args[0].isTensor() || !args[0].toTensor().defined()) return;
   const at::NoGradGuard no_grad;
-  torch::jit::Stack functional = clone_stack_detached(args);
-  try {
-    op.callBoxed(functional);
-  } catch (const std::exception&) {
-    note_caught_error();
-    return;  // the other checks report the functional op's error
-  }
-  if (functional.size() != 1 || !functional[0].isTensor()) return;
-  at::Tensor want = functional[0].toTensor();
+  const auto functional = functional_result(op, args);
+  if (!functional || functional->size() != 1 || !(*functional)[0].isTensor()) return;
+  at::Tensor want = (*functional)[0].toTensor();
   // An in-place op keeps its argument's dtype where the functional op promotes (float32
   // x.mul_(float64 y)): the result cast to x's dtype is what it must write.
   const bool cast = want.scalar_type() != args[0].toTensor().scalar_type();

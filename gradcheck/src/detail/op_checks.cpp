@@ -2,9 +2,25 @@
 
 #include "detail/op_checks.h"
 
+#include "detail/function.h"
+#include "detail/stack_tensors.h"
+
 #include <customop/gradcheck/gradcheck.h>
 
 namespace customop::gradcheck::detail {
+
+std::optional<torch::jit::Stack> functional_result(const c10::OperatorHandle& op,
+                                                   const torch::jit::Stack& args) {
+  const at::NoGradGuard no_grad;
+  torch::jit::Stack call = clone_stack_detached(args);
+  try {
+    op.callBoxed(call);
+  } catch (const std::exception&) {
+    note_caught_error();
+    return std::nullopt;
+  }
+  return call;
+}
 
 const std::vector<const OpCheck*>& op_checks() {
   static const std::vector<const OpCheck*> checks = {&kMutationCheck, &kFakeKernelCheck,

@@ -13,6 +13,7 @@
 #include <ATen/core/stack.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ extern const OpCheck kMutationCheck;
 extern const OpCheck kOutVariantCheck;
 /// The in-place variant (ns::name_) against the functional op (inplace_variant_check.cpp).
 extern const OpCheck kInplaceVariantCheck;
+
+/// The functional op called on detached clones of `args` under no grad: the reference the
+/// out= and in-place checks compare with. std::nullopt when it throws (the gradient checks
+/// report the op's own error; the throw is counted by note_caught_error).
+std::optional<torch::jit::Stack> functional_result(const c10::OperatorHandle& op,
+                                                   const torch::jit::Stack& args);
 
 /// The checks with_op_checks runs, in order.
 const std::vector<const OpCheck*>& op_checks();

@@ -104,13 +104,9 @@ void check_out_variant(const c10::OperatorHandle& op, const torch::jit::Stack& a
     return;
   }
   const at::NoGradGuard no_grad;
-  torch::jit::Stack functional = clone_stack_detached(args);
-  try {
-    op.callBoxed(functional);
-  } catch (const std::exception&) {
-    note_caught_error();
-    return;  // the other checks report the functional op's error
-  }
+  const auto result_of_op = functional_result(op, args);
+  if (!result_of_op) return;  // the other checks report the functional op's error
+  const torch::jit::Stack& functional = *result_of_op;
   std::vector<at::Tensor> want;
   for (const auto& v : functional) want.push_back(v.toTensor());
   const auto& out_args = out->schema().arguments();
