@@ -126,7 +126,6 @@ void check_writable_here(const std::string& variant, const std::string& x, const
 
 void check_not_expanded(const std::string& variant, const std::string& functional,
                         const std::string& x, const at::Tensor& self) {
-  check_writable_here(variant, x, self);
   TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, variant, ": argument '", x,
               "' is expanded (a stride of 0, strides ", self.sym_strides(),
               "): several of its elements share memory, so it cannot hold the result; pass a "
@@ -182,6 +181,7 @@ void OpCore::inplace_autograd(torch::jit::Stack* stack) const {
                 "call ",
                 name_);
   }
+  check_writable_here(variant, x, self);
   check_not_expanded(variant, name_, x, self);
   // clone -> functional op -> copy_, each from the top of the dispatcher, so autograd records
   // CloneBackward, the functional op's backward and CopyBackwards: the grads are the
@@ -233,6 +233,7 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
   const std::string& x = args_[0].name;
   TORCH_CHECK_VALUE(self.defined(), variant, ": argument '", x,
                     "' is None; the in-place variant writes its result into it");
+  check_writable_here(variant, x, self);
   check_not_expanded(variant, name_, x, self);
   // The functional op on the same arguments (below ADInplaceOrView, as this kernel runs).
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());

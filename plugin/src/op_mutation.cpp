@@ -111,15 +111,9 @@ void OpCore::inplace_or_view_kernel(const c10::OperatorHandle& h, c10::DispatchK
     if (!args_[i].written) continue;
     const auto& v = (*stack)[stack->size() - n + i];
     if (!v.isTensor() || !v.toTensor().defined()) continue;  // the device kernel names it
-    const at::Tensor& t = v.toTensor();
-    // NB: an inference tensor has no version counter; torch refuses an in-place write to one
-    // outside InferenceMode, and so does this, before anything is written.
-    TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), name_, ": argument '",
-                args_[i].name,
-                "' is written in place but is an inference tensor (made under "
-                "torch.inference_mode) and this call is outside InferenceMode; inference "
-                "tensors cannot be written there. Clone it outside InferenceMode first");
-    written.push_back(t);
+    // NB: an inference tensor has no version counter (not bumped below); the device kernel
+    // refuses to write one outside InferenceMode (check_written_args), before any write.
+    written.push_back(v.toTensor());
   }
   {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -135,8 +129,9 @@ void OpCore::check_written_args(c10::DeviceType /*device*/, const torch::jit::St
   for (size_t i = 0; i < tensors.size(); ++i) {
     const NamedTensor& w = tensors[i];
     if (!w.written) continue;
-    // Also here, for a call whose tensors are all inference tensors: they have no
-    // ADInplaceOrView key, so only the device kernel sees the call.
+    // torch refuses an in-place write to an inference tensor outside InferenceMode. Checked
+    // here, where every call arrives: a call whose tensors are all inference tensors has no
+    // ADInplaceOrView key, so no kernel above the device one sees it.
     TORCH_CHECK(!w.tensor.is_inference() || c10::InferenceMode::is_enabled(), name_, ": ", w.what,
                 " is written in place but is an inference tensor (made under "
                 "torch.inference_mode) and this call is outside InferenceMode; inference "
