@@ -54,14 +54,10 @@ BiasGeluSaved bias_gelu_save(const BiasGeluArgs& a, const at::Tensor& /*output*/
 //   tanh:  with u = sqrt(2/pi) * (s + 0.044715 s^3), t = tanh(u):
 //          0.5 * (1 + t) + 0.5 * s * (1 - t^2) * sqrt(2/pi) * (1 + 3 * 0.044715 * s^2)
 // grad_input = g * gelu'(s); grad_bias = grad_input summed over every leading dim.
-BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad) {
-  const auto dtype = s.input.scalar_type();
-  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
-  // NB: the forward rounds s to the dtype before the GELU; so does this.
-  const at::Tensor x = (s.input + s.bias).to(acc);
-  const at::Tensor g = grad.to(acc);
+// gelu'(x), x in the accumulation dtype.
+at::Tensor gelu_derivative(const at::Tensor& x, bool tanh) {
   at::Tensor dgelu;
-  if (s.tanh) {
+  if (tanh) {
     const double k_beta = std::sqrt(2.0 / M_PI);
     const double k_kappa = 0.044715;
     const at::Tensor x_sq = x * x;
@@ -71,9 +67,28 @@ BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad)
     const double k_inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * M_PI);
     dgelu = 0.5 * (1 + at::erf(x * M_SQRT1_2)) + x * at::exp(-0.5 * x * x) * k_inv_sqrt_2pi;
   }
-  const at::Tensor grad_input = g * dgelu;
+  return dgelu;
+}
+
+BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad) {
+  const auto dtype = s.input.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  // NB: the forward rounds s to the dtype before the GELU; so does this.
+  const at::Tensor x = (s.input + s.bias).to(acc);
+  const at::Tensor grad_input = grad.to(acc) * gelu_derivative(x, s.tanh);
   const at::Tensor grad_bias = grad_input.sum_to_size_symint(s.bias.sym_sizes());
   return {grad_input.to(dtype), grad_bias.to(dtype)};
+}
+
+// JVP: dy = gelu'(s) * (dx + db), db broadcast over the leading dims (gelu' as above).
+at::Tensor bias_gelu_jvp(const BiasGeluArgs& p, const BiasGeluArgs& t, const at::Tensor& /*out*/) {
+  if (!t.input.defined() && !t.bias.defined()) return {};
+  const auto dtype = p.input.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  const at::Tensor x = (p.input + p.bias).to(acc);
+  at::Tensor ds = t.input.defined() ? t.input.to(acc) : at::Tensor();
+  if (t.bias.defined()) ds = ds.defined() ? ds + t.bias.to(acc) : t.bias.to(acc).expand_as(x);
+  return (gelu_derivative(x, p.approximate == "tanh") * ds).to(dtype);
 }
 
 // Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake
@@ -125,6 +140,7 @@ Op<BiasGeluArgs>& bias_gelu_op() {
     // low-precision activation beside a float32 bias, and the wider dtype runs on every device.
     o.autocast(AutocastPolicy::kPromote);
     o.impl_autograd(&bias_gelu_save, &bias_gelu_backward);
+    o.impl_jvp(&bias_gelu_jvp);
     o.samples(&bias_gelu_samples);
     return o;
   }();

@@ -50,6 +50,15 @@ ClampCountGrads clamp_count_backward(const ClampCountSaved& s, const at::Tensor&
   return {at::where(inside, grad, at::zeros_like(grad))};
 }
 
+// JVP: d output = dx where min <= x <= max (as the backward), 0 elsewhere; the count is an
+// integer (no tangent).
+ClampCountResult clamp_count_jvp(const ClampCountArgs& p, const ClampCountArgs& t,
+                                 const ClampCountResult& /*out*/) {
+  if (!t.input.defined()) return {};
+  const at::Tensor inside = (p.input >= p.min).logical_and_(p.input <= p.max);
+  return {at::where(inside, t.input, at::zeros_like(t.input)), at::Tensor()};
+}
+
 // Output metadata, the one statement of it: output of input's shape and dtype (contiguous)
 // and the 0-dim int64 count. The fake (Meta) kernel and the CPU/CUDA kernels' outputs come
 // from it; the checks run on every device.
@@ -111,6 +120,7 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
     // cast changes no result, and every device's kernel takes float32.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&clamp_count_save, &clamp_count_backward, {true, false});
+    o.impl_jvp(&clamp_count_jvp);
     o.samples(&clamp_count_samples);
     return o;
   }();

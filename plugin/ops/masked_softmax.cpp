@@ -61,6 +61,18 @@ MaskedSoftmaxGrads masked_softmax_backward(const MaskedSoftmaxSaved& s, const at
   return {grad_input.to(dtype), std::nullopt};
 }
 
+// JVP of softmax over the kept elements: dy = y * (dx - sum(y * dx, dim)); masked positions
+// (y = 0) get 0. The mask is boolean (no tangent).
+at::Tensor masked_softmax_jvp(const MaskedSoftmaxArgs& p, const MaskedSoftmaxArgs& t,
+                              const at::Tensor& out) {
+  if (!t.input.defined()) return {};
+  const auto dtype = out.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  const at::Tensor y = out.to(acc);
+  const at::Tensor ydx = y * t.input.to(acc);
+  return (ydx - y * ydx.sum(p.dim, /*keepdim=*/true)).to(dtype);
+}
+
 // Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake
 // (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
 TensorSpec masked_softmax_shape(const MaskedSoftmaxArgs& a) {
@@ -116,6 +128,7 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
     // Autocast: float32, as torch's softmax: exp over a row's range and its sum.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);
+    o.impl_jvp(&masked_softmax_jvp);
     o.samples(&masked_softmax_samples);
     return o;
   }();

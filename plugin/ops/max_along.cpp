@@ -62,6 +62,19 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
   return {g.new_zeros_symint(s.input_sizes).scatter(s.dim, idx, g)};
 }
 
+// JVP: the values' tangent is dx at the argmax of each slice (gathered); indices are integers
+// (no tangent).
+MaxAlongResult max_along_jvp(const MaxAlongArgs& p, const MaxAlongArgs& t,
+                             const MaxAlongResult& out) {
+  if (!t.input.defined()) return {};
+  if (p.input.dim() == 0) return {t.input.clone(), at::Tensor()};
+  const int64_t dim = detail::wrap_dim("max_along", p.dim, p.input.dim());
+  const at::Tensor idx = p.keepdim ? std::get<1>(out) : std::get<1>(out).unsqueeze(dim);
+  at::Tensor values = t.input.gather(dim, idx);
+  if (!p.keepdim) values = values.squeeze(dim);
+  return {values, at::Tensor()};
+}
+
 // Output metadata, the one statement of it: values (input's dtype) and int64 indices of
 // max_along_out_sizes, contiguous. The fake (Meta) kernel and the CPU/CUDA kernels' outputs
 // come from it; the checks run on every device.
@@ -118,6 +131,7 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
     // changes no result, and every device's kernel takes float32.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&max_along_save, &max_along_backward, {true, false});
+    o.impl_jvp(&max_along_jvp);
     o.samples(&max_along_samples);
     return o;
   }();

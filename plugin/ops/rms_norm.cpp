@@ -62,6 +62,30 @@ RmsNormGrads rms_norm_backward(const RmsNormSaved& s, const at::Tensor& grad) {
   return {grad_input.to(dtype), grad_weight.to(dtype)};
 }
 
+// JVP, by differentiating y = x * r * w with r = rsqrt(mean(x^2) + eps) over the last dim:
+//   dr = -r^3 * mean(x * dx)        (d rsqrt(u) = -u^(-3/2) du / 2, du = 2 mean(x dx))
+//   dy = (dx * r + x * dr) * w + x * r * dw
+// An undefined tangent is zero; float16/bfloat16 in float32, as the forward reduces.
+at::Tensor rms_norm_jvp(const RmsNormArgs& p, const RmsNormArgs& t, const at::Tensor& /*out*/) {
+  if (!t.input.defined() && !t.weight.defined()) return {};
+  const auto dtype = p.input.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  const at::Tensor x = p.input.to(acc);
+  const at::Tensor w = p.weight.to(acc);
+  const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + p.eps);
+  at::Tensor dy;
+  if (t.input.defined()) {
+    const at::Tensor dx = t.input.to(acc);
+    const at::Tensor dr = -r.pow(3) * (x * dx).mean(-1, /*keepdim=*/true);
+    dy = (dx * r + x * dr) * w;
+  }
+  if (t.weight.defined()) {
+    const at::Tensor dw_term = x * r * t.weight.to(acc);
+    dy = dy.defined() ? dy + dw_term : dw_term;
+  }
+  return dy.to(dtype);
+}
+
 // Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake
 // (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
 TensorSpec rms_norm_shape(const RmsNormArgs& a) {
@@ -113,6 +137,7 @@ Op<RmsNormArgs>& rms_norm_op() {
     // its rsqrt want a wide accumulator and range; the output is float32.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&rms_norm_save, &rms_norm_backward);
+    o.impl_jvp(&rms_norm_jvp);
     o.samples(&rms_norm_samples);
     return o;
   }();

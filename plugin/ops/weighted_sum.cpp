@@ -60,6 +60,18 @@ WeightedSumGrads weighted_sum_backward(const WeightedSumSaved& s, const at::Tens
   return out;
 }
 
+// JVP: dy = sum of w_k * dx_k over the inputs that have a tangent.
+at::Tensor weighted_sum_jvp(const WeightedSumArgs& p, const WeightedSumArgs& t,
+                            const at::Tensor& /*out*/) {
+  at::Tensor dy;
+  for (std::size_t k = 0; k < t.inputs.size(); ++k) {
+    if (!t.inputs[k].defined()) continue;
+    const at::Tensor term = t.inputs[k] * p.weights[k];
+    dy = dy.defined() ? dy + term : term;
+  }
+  return dy;
+}
+
 // Output metadata, the one statement of it: inputs[0]'s shape and dtype, contiguous. The fake
 // (Meta) kernel and the CPU/CUDA kernels' outputs come from it; the checks run on every device.
 TensorSpec weighted_sum_shape(const WeightedSumArgs& a) {
@@ -110,6 +122,7 @@ Op<WeightedSumArgs>& weighted_sum_op() {
     // Autocast: float32, as torch's sum and cumsum: a sum over the list.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);
+    o.impl_jvp(&weighted_sum_jvp);
     o.samples(&weighted_sum_samples);
     return o;
   }();

@@ -1,68 +1,22 @@
-// The Autograd kernel: the generated Function when both formula halves are published, the
-// reference's "autograd not implemented" fallback and half-registration errors otherwise;
-// the formula registrations; forward-mode AD and torch.func refusals naming the op; what
-// one call's args and outputs look like for the Function (args info, non-differentiable
-// outputs).
+// The Autograd kernel: the generated autograd kernel (autograd_node.cpp) when both formula
+// halves are published, the reference's "autograd not implemented" fallback and
+// half-registration errors otherwise (forward-mode AD: forward_grad.cpp); the formula
+// registrations; what one call's args and outputs look like for the backward Node (args info,
+// non-differentiable outputs).
 
 #include "op_core_internal.h"
 
-#include <ATen/FuncTorchTLS.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/autograd/forward_grad.h>
+
+#include <optional>
 
 namespace customop {
 
 using detail::check_tensor_args_defined;
 using detail::ivalue_type_name;
-
-namespace {
-
-// Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp) would need a JVP formula; the
-// generated autograd Function has only the VJP, and torch's own error does not name the op.
-void check_no_forward_grad(const std::string& name_, const std::vector<ArgSpec>& args_,
-                           const torch::jit::Stack& stack) {
-  // No dual level entered: nothing can carry a tangent. (try_get_by_idx, not has_any_level:
-  // torch 2.11 has only the former.)
-  if (torch::autograd::ForwardADLevel::try_get_by_idx(0) == nullptr) return;
-  const size_t n = args_.size();
-  for (size_t i = 0; i < n; ++i) {
-    const auto& v = stack[stack.size() - n + i];
-    auto dual = [](const at::Tensor& t) { return t.defined() && t._fw_grad(0).defined(); };
-    bool has_tangent = false;
-    if (v.isTensor()) {
-      has_tangent = dual(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) has_tangent = has_tangent || dual(t);
-    }
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        !has_tangent, name_, ": forward-mode AD is not supported: argument '", args_[i].name,
-        "' carries a tangent (torch.autograd.forward_ad dual tensor, torch.func.jvp or "
-        "jacfwd), but customop ops have a reverse-mode formula (impl_backward) only. Use "
-        "reverse mode (Tensor.backward, torch.autograd.grad) instead");
-  }
-}
-
-// torch.func's differentiating transforms cannot run a C++ autograd::Function (the generated
-// Function); torch's own error says so without naming the op.
-void check_no_functorch_grad(const std::string& name_) {
-  const auto& tls = at::functorch::functorchTLSAccessor();
-  if (!tls) return;
-  try {
-    tls->checkSupportsCppAutogradFunction();
-  } catch (const c10::Error&) {
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        false, name_,
-        ": torch.func transforms that differentiate (grad, vjp, jacrev, jacfwd, hessian) are "
-        "not supported: the op's backward is a C++ torch::autograd::Function, which torch.func "
-        "cannot transform. Use Tensor.backward or torch.autograd.grad (torch.func.vmap works, "
-        "through torch's batching fallback)");
-  }
-}
-
-}  // namespace
 
 // ---- autograd ----------------------------------------------------------------------------
 
@@ -141,13 +95,17 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
                              torch::jit::Stack* stack) {
   check_tensor_args_defined(name_, args_, *stack);
   const detail::ArgsCheckedScope checked(stack);
-  check_no_forward_grad(name_, args_, *stack);
+  // NB: a copy of the args only when a tangent needs the JVP after the kernel consumed them.
+  std::optional<torch::jit::Stack> fw_args;
+  if (forward_grad_needed(*stack)) {
+    fw_args.emplace(stack->end() - static_cast<std::ptrdiff_t>(args_.size()), stack->end());
+  }
   // NB: the locations are read only once their part is published (another thread may be
   // registering the formula while this call runs).
   const uint8_t parts = formula_parts_.load(std::memory_order_acquire);
   if (parts == (kSavePart | kBackwardPart)) {
-    check_no_functorch_grad(name_);
     run_autograd(ks, stack);
+    if (fw_args) apply_forward_grads(*fw_args, *stack);
     return;
   }
   if (parts != 0) {
@@ -192,8 +150,11 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
     h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
     return;
   }
-  at::AutoDispatchBelowADInplaceOrView guard;
-  h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    h.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  }
+  if (fw_args) apply_forward_grads(*fw_args, *stack);
 }
 
 void OpCore::collect_args_info(const torch::jit::Stack& stack, detail::ArgsInfo& info) const {

@@ -119,7 +119,7 @@ void OpCore::grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
   }
   for (size_t i = 0; i < args_.size(); ++i) {
     const int32_t count = info.counts[i];
-    // A Tensor? that was None is no input of the autograd Function: it takes no grad slot.
+    // A Tensor? that was None is no input of the autograd Node: it takes no grad slot.
     if (count == detail::ArgsInfo::kNotTensorLike || count == detail::ArgsInfo::kNone) continue;
     TORCH_INTERNAL_ASSERT(by_arg[i] != nullptr, name_, ": no grad for input '", args_[i].name,
                           "' passed the key check");

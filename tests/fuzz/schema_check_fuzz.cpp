@@ -109,6 +109,10 @@ class SchemaProbe final : public customop::OpCore {
                       std::vector<at::Tensor>&, std::vector<at::Tensor>&) override {
     finding("backward_boxed called on an op that was never registered");
   }
+  void jvp_boxed(torch::jit::Stack&, torch::jit::Stack&, const torch::jit::Stack&,
+                 torch::jit::Stack&) override {
+    finding("jvp_boxed called on an op that was never registered");
+  }
 };
 
 // 0, 0.0, false, "", an empty list, None: a field without a member initializer (op_schema.cpp).

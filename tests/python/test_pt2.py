@@ -182,28 +182,6 @@ def test_compile_fullgraph_dynamic_matches_eager_without_recompiling(backend):
 
 # ---- what stays unsupported ------------------------------------------------------------------
 
-def test_forward_mode_ad_names_the_op():
-    import torch.autograd.forward_ad as fwAD
-    x = torch.randn(3, 4, dtype=torch.float64)
-    w = torch.ones(4, dtype=torch.float64)
-    with fwAD.dual_level():
-        dual = fwAD.make_dual(x, torch.ones_like(x))
-        with pytest.raises(NotImplementedError, match=r"customop::rms_norm: forward-mode AD is not supported"):
-            torch.ops.customop.rms_norm(dual, w, 1e-6)
-
-
-@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
-def test_torch_func_differentiating_transforms_name_the_op(transform):
-    x = torch.randn(3, 4, dtype=torch.float64)
-    w = torch.ones(4, dtype=torch.float64)
-    f = lambda x: torch.ops.customop.rms_norm(x, w, 1e-6)
-    call = {"grad": lambda: torch.func.grad(lambda x: f(x).sum())(x),
-            "vjp": lambda: torch.func.vjp(f, x)[1](torch.ones(3, 4, dtype=torch.float64)),
-            "jacrev": lambda: torch.func.jacrev(f)(x)}[transform]
-    with pytest.raises(NotImplementedError, match=r"customop::rms_norm: torch.func transforms"):
-        call()
-
-
 @pytest.mark.filterwarnings("ignore:There is a performance drop")
 def test_vmap_works_through_the_batching_fallback():
     x = torch.randn(3, 4, dtype=torch.float64)

@@ -509,6 +509,52 @@ class Op final : public OpCore {
     return impl_backward(std::move(backward), output_differentiability, loc);
   }
 
+  /// Registers the op's forward-mode AD formula, its JVP (Jacobian-vector product
+  /// J(primals) . tangents), used by torch.autograd.forward_ad, torch.func.jvp, jacfwd and
+  /// hessian (= jacfwd(jacrev)). It runs after the kernel, outside it, with autograd active, so
+  /// its own ops are differentiated in turn (nested transforms, hessian).
+  /// \param fn   `Output fn(const Args& primals, const Args& tangents, const Output& result)`:
+  ///             `tangents` is an Args whose Tensor fields (Tensor, Tensor?, Tensor[] elements)
+  ///             hold the inputs' tangents, each of its primal's shape, dtype and device, or an
+  ///             undefined tensor where the input has none (a zero tangent; a Tensor? that was
+  ///             None stays None); its other fields equal `primals`'. `result` is what the
+  ///             kernel returned. fn returns the outputs' tangents in the op's return type: per
+  ///             Tensor return a tensor of that output's shape (undefined: a zero tangent), per
+  ///             Tensor[] return one per element; non-tensor returns are ignored. Written with
+  ///             the dispatcher's ops (at::, other ops' calls), not by reading tensor values.
+  /// \param loc  where the registration is made; named in later errors
+  /// \returns    *this, for chaining
+  /// \throws c10::Error naming the op and both locations when a JVP is already registered, or
+  ///         the op writes an argument in place. At call time: c10::Error naming the op and the
+  ///         return when a tangent's shape, dtype or device differs from its output's.
+  /// Without a JVP, a call whose input carries a tangent raises c10::NotImplementedError
+  /// naming the op, the argument and impl_jvp (never a silent zero tangent).
+  /// Example (scale: out = x * alpha, so d out = dx * alpha):
+  ///   op.impl_jvp([](const ScaleArgs& p, const ScaleArgs& t, const at::Tensor&) {
+  ///     return t.x.defined() ? t.x * p.alpha : at::Tensor();
+  ///   });
+  template <class F>
+  Op& impl_jvp(F fn, std::source_location loc = std::source_location::current()) {
+    static_assert(std::is_invocable_v<F&, const Args&, const Args&, const Output&>,
+                  "[customop] a JVP must be callable as fn(const Args& primals, const Args& "
+                  "tangents, const Ret& result)");
+    static_assert(
+        std::is_convertible_v<std::invoke_result_t<F&, const Args&, const Args&, const Output&>,
+                              Output>,
+        "[customop] a JVP returns the outputs' tangents in the op's return type");
+    note_jvp(loc);
+    jvp_ = [fn = std::move(fn)](torch::jit::Stack& primals, torch::jit::Stack& tangents,
+                                const torch::jit::Stack& outputs, torch::jit::Stack& result) {
+      const Args p = detail::args_from_stack<Args>(primals, /*consume=*/false);
+      const Args t = detail::args_from_stack<Args>(tangents, /*consume=*/false);
+      torch::jit::Stack returns = outputs;
+      const Output out = detail::pop_returns<Ret>(returns);
+      detail::push_returns(result, Output(fn(p, t, out)));
+    };
+    publish_jvp();
+    return *this;
+  }
+
   /// The backward formula as a second op with hand-written kernels (the way fused CUDA ops
   /// ship a backward kernel): defines the backward op "<ns>::<name>_backward" with the args
   /// struct `BwdArgs`, its schema inferred from `BwdArgs` (define("ns::name")) and its returns
@@ -556,8 +602,8 @@ class Op final : public OpCore {
   /// \throws c10::TypeError when a Tensor argument (or an element of a Tensor[]) is undefined;
   ///         c10::NotImplementedError when the device has no impl, a tensor is not dense
   ///         (sparse, quantized, nested), an input requires grad under grad mode and no
-  ///         formula is registered, an input carries a forward-mode tangent, or a torch.func
-  ///         transform differentiates the call; c10::Error when there is no tensor to run on
+  ///         formula is registered, or an input carries a forward-mode tangent and no JVP is
+  ///         registered (impl_jvp); c10::Error when there is no tensor to run on
   ///         (every Tensor? None, every Tensor[] empty), on meta tensors without impl_fake,
   ///         when only one formula half is registered, or output_differentiability marks a
   ///         non-tensor return; and the kernel's own errors, unchanged.
@@ -674,6 +720,11 @@ class Op final : public OpCore {
     return state;
   }
 
+  void jvp_boxed(torch::jit::Stack& primals, torch::jit::Stack& tangents,
+                 const torch::jit::Stack& outputs, torch::jit::Stack& result) override {
+    jvp_(primals, tangents, outputs, result);
+  }
+
   void backward_boxed(detail::SavedStateBase& state, const std::vector<at::Tensor>& saved_tensors,
                       std::vector<at::Tensor>& grad_outputs,
                       std::vector<at::Tensor>& flat) override {
@@ -777,6 +828,9 @@ class Op final : public OpCore {
   std::function<void(const Args&)> checks_;
   std::function<c10::intrusive_ptr<detail::SavedStateBase>(const Args&, const Output&)> save_;
   std::function<std::vector<at::Tensor>(detail::SavedStateBase&)> take_tensors_;
+  std::function<void(torch::jit::Stack&, torch::jit::Stack&, const torch::jit::Stack&,
+                     torch::jit::Stack&)>
+      jvp_;
   std::function<void(detail::SavedStateBase&, const std::vector<at::Tensor>&,
                      std::vector<at::Tensor>&, std::vector<at::Tensor>&)>
       backward_;

@@ -86,7 +86,7 @@ struct ArgsInfo {
   // kNotTensorLike, kNone, or the number of tensors the argument contributed (1, or the
   // length of a Tensor[]).
   c10::SmallVector<int32_t, 8> counts;
-  /// What each input of the autograd Function (every tensor of the args, in schema order)
+  /// What each input of the autograd Node (every tensor of the args, in schema order)
   /// looked like, to check its grad against: shape (the grad's must equal it or sum to it),
   /// dtype (real vs complex) and device.
   struct InputMeta {
@@ -99,8 +99,8 @@ struct ArgsInfo {
 
 using BoxedKernel = std::function<void(torch::jit::Stack*)>;
 
-/// What the generated autograd Function keeps between forward and backward besides the
-/// saved tensors (which live in the autograd context); SavedState<Saved> adds the user's
+/// What the generated autograd Node keeps between forward and backward besides the
+/// saved tensors (which it holds as SavedVariables); SavedState<Saved> adds the user's
 /// saved state (customop/detail/saved_state.h).
 struct SavedStateBase : torch::CustomClassHolder {
   OpCore* op = nullptr;                            // the op whose formula runs in backward
@@ -206,6 +206,8 @@ class OpCore {
   bool has_autograd() const {
     return formula_parts_.load(std::memory_order_acquire) == (kSavePart | kBackwardPart);
   }
+  /// True when a forward-mode AD formula is registered (Op::impl_jvp).
+  bool has_jvp() const { return has_jvp_.load(std::memory_order_acquire); }
   /// The flags given to impl_backward (one per return), or std::nullopt when none were given.
   const std::optional<std::vector<bool>>& output_differentiability() const {
     return output_differentiability_;
@@ -322,7 +324,7 @@ class OpCore {
   }
   void publish_backward() { formula_parts_.fetch_or(kBackwardPart, std::memory_order_release); }
 
-  /// The typed half of the generated autograd Function's forward (Op<Args, Ret>): reads the
+  /// The typed half of the generated autograd kernel's forward (Op<Args, Ret>): reads the
   /// args struct from `args` (one IValue per schema argument) and the C++ return value from
   /// `outputs` (one IValue per return), runs save_for_backward, and moves the saved state's
   /// tensor fields into `tensors_to_save` (for the autograd context).
@@ -331,18 +333,29 @@ class OpCore {
       std::vector<at::Tensor>& tensors_to_save) = 0;
   /// The typed half of its backward: restores the saved state from `state` and
   /// `saved_tensors`, runs the backward formula on `grad_outputs` (one per output tensor) and
-  /// appends the validated grads to `flat`, one per input of the autograd Function.
+  /// appends the validated grads to `flat`, one per input of the autograd Node.
   virtual void backward_boxed(detail::SavedStateBase& state,
                               const std::vector<at::Tensor>& saved_tensors,
                               std::vector<at::Tensor>& grad_outputs,
                               std::vector<at::Tensor>& flat) = 0;
 
+  /// Records where the JVP is registered; throws as Op::impl_jvp (already registered, a
+  /// mutating op).
+  void note_jvp(std::source_location loc);
+  /// Makes the JVP that Op<Args, Ret> has stored visible to calls on other threads.
+  void publish_jvp() { has_jvp_.store(true, std::memory_order_release); }
+  /// The typed half of the JVP: reads the args struct from `primals` and from `tangents` (one
+  /// IValue per schema argument each; tensors replaced by their tangents, undefined for none)
+  /// and the kernel's returns from `outputs`, runs the formula and pushes its return value
+  /// (one IValue per return) onto `result`.
+  virtual void jvp_boxed(torch::jit::Stack& primals, torch::jit::Stack& tangents,
+                         const torch::jit::Stack& outputs, torch::jit::Stack& result) = 0;
   /// Throws the reference's backward-time error: "In the backward function defined for <op>
   /// at <file:line> using the CustomOp API, <what>".
   [[noreturn]] void backward_error(const std::string& what) const;
   /// Validates grads returned by name exactly as the reference does, then appends them in
   /// schema order to `flat`: one tensor (undefined for None) per tensor input, none for a
-  /// Tensor? argument that was None (it is no input of the autograd Function).
+  /// Tensor? argument that was None (it is no input of the autograd Node).
   void grads_to_flat(const Grads& grads, const detail::ArgsInfo& info,
                      std::vector<at::Tensor>& flat) const;
   /// Same for a backward that returned a dynamic c10::IValue (must be a Dict[str, ...]).
@@ -371,9 +384,16 @@ class OpCore {
   void install_autograd_indirection();
   void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                        torch::jit::Stack* stack);
-  /// Runs the generated autograd Function (autograd_function.cpp) on the args on `stack`.
+  /// Runs the op with the generated autograd kernel (autograd_node.cpp) on the args on
+  /// `stack`: a backward Node per call when an input requires grad under grad mode.
   void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack);
-  friend struct GeneratedFunction;
+  /// Forward-mode AD (forward_grad.cpp). forward_grad_needed: whether an argument on top of
+  /// `stack` carries a tangent; throws c10::NotImplementedError naming the op, the argument and
+  /// impl_jvp when one does and the op has no JVP. apply_forward_grads: `args` are the call's
+  /// arguments, its outputs are on top of `stack`; runs the JVP and sets each output's tangent.
+  bool forward_grad_needed(const torch::jit::Stack& stack) const;
+  void apply_forward_grads(const torch::jit::Stack& args, const torch::jit::Stack& stack);
+  friend struct AutogradNode;
   void device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
   void install_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   void init_from_schema(std::span<const detail::FieldInfo> fields,
@@ -440,6 +460,8 @@ class OpCore {
   static constexpr uint8_t kBackwardPart = 2;
   std::atomic<uint8_t> formula_parts_{0};
   std::optional<std::vector<bool>> output_differentiability_;
+  std::optional<std::source_location> jvp_loc_;
+  std::atomic<bool> has_jvp_{false};
   size_t num_tensor_like_args_ = 0;
   SampleGenerator sample_generator_;
   detail::BoxedKernel reference_;

@@ -1,0 +1,276 @@
+// The generated autograd kernel (the reference's gen_autograd_function, rebuilt the way torch
+// generates the autograd kernels of its own ops): under grad mode, with an input that requires
+// grad, one backward Node per call; the forward redispatches below ADInplaceOrView and runs
+// save_for_backward there; the outputs get the Node as their history; the Node's apply runs the
+// backward formula and validates its grads.
+//
+// Why not a torch::autograd::Function: its apply() refuses to run under torch.func (grad, vjp,
+// jacrev, hessian), and it switches grad mode off around the forward, which leaks into the
+// lower levels of nested transforms. This kernel switches no mode: it excludes the autograd
+// dispatch keys for the redispatch only (at::AutoDispatchBelowADInplaceOrView, what torch's
+// VariableType kernels do), so it composes with torch.func's transform levels as an ATen op
+// does. The behaviour of the legacy CustomOp glue is kept: saved tensors are SavedVariables
+// (version-counter check, no reference cycle through saved outputs), undefined grads of
+// outputs are materialized as zeros, outputs marked non-differentiable get no history, and the
+// grads are checked against the inputs before the engine sees them.
+// The typed halves come from Op<Args, Ret> through OpCore::save_boxed / backward_boxed, so
+// headers that define ops never include torch's autograd machinery.
+
+#include <customop/op_core.h>
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/autograd/variable_info.h>
+#include <torch/csrc/dynamo/compiled_autograd.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <unordered_set>
+#include <vector>
+
+namespace customop {
+
+namespace {
+
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
+using torch::autograd::VariableInfo;
+
+// Node is held by std::shared_ptr up to torch 2.14 and by c10::intrusive_ptr from 2.15; getptr()
+// exists in both, so its type names whichever this torch uses.
+using NodePtr = decltype(std::declval<Node&>().getptr());
+
+template <class T>
+NodePtr make_node() {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<Node>>) {
+    return std::make_shared<T>();
+  } else {
+    return c10::make_intrusive<T>();
+  }
+}
+
+}  // namespace
+
+/// The backward Node of one call of an op with a formula (impl_save_for_backward +
+/// impl_backward). One input slot per output tensor of the op (in return order, Tensor[]
+/// returns flattened), one next edge per input tensor (every tensor of the args, in schema
+/// order; a Tensor? that was None is none).
+struct AutogradNode final : Node {
+  OpCore* op = nullptr;
+  c10::intrusive_ptr<detail::SavedStateBase> state;
+  std::vector<SavedVariable> saved;       // the tensor fields of the user's Saved, in order
+  std::vector<VariableInfo> output_info;  // to materialize an undefined output grad as zeros
+  std::string node_name;
+
+  std::string name() const override { return node_name; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // NB: reset, not cleared: unpacking a reset SavedVariable raises torch's "Trying to
+    // backward through the graph a second time" error.
+    for (auto& s : saved) s.reset_data();
+  }
+
+  // Compiled autograd (torch._dynamo.compiled_autograd) needs compiled_args/apply_with_saved.
+  // A traced apply() (saved tensors swapped for its proxies) failed in torch 2.15 with a size
+  // mismatch inside the formula (a saved weight of size 123456789, compiled autograd's
+  // placeholder), so it is refused here with a message naming the op instead.
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/) const override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, op->name(),
+                                ": compiled autograd (torch._dynamo.compiled_autograd) does not "
+                                "support customop's backward Node yet; run this backward "
+                                "eagerly, or compile forward and backward together with "
+                                "torch.compile (AOTAutograd traces the formula)");
+  }
+
+  /// The checks torch's engine makes on the grads a Node returns (validate_outputs), made
+  /// first so that a refusal names the op and the argument, where the engine's names neither:
+  ///   - shape: equal to the input's, or one that sums to it (the engine reduces it);
+  ///   - dtype: a complex grad for a real input or the reverse (other dtypes are converted);
+  ///   - device: the input's (a 0-dim input also takes a 0-dim grad from another real device,
+  ///     which the engine moves; a meta grad for a real input never).
+  void check_grads_match_inputs(const std::vector<at::Tensor>& grads) const {
+    const detail::ArgsInfo& info = state->info;
+    std::size_t flat = 0;
+    for (std::size_t i = 0; i < info.counts.size(); ++i) {
+      for (int32_t k = 0; k < info.counts[i]; ++k, ++flat) {
+        const at::Tensor& g = grads.at(flat);
+        if (!g.defined()) continue;
+        const detail::ArgsInfo::InputMeta& want = info.inputs.at(flat);
+        const c10::SymIntArrayRef want_sizes(want.sizes);
+        const bool shape_ok =
+            g.sym_sizes() == want_sizes || at::is_expandable_to(want_sizes, g.sym_sizes());
+        const bool dtype_ok = at::isFloatingType(g.scalar_type()) ||
+                              at::isComplexType(g.scalar_type()) == at::isComplexType(want.dtype);
+        const bool zero_dim = want.sizes.empty();
+        const bool device_ok =
+            g.device() == want.device ||
+            (zero_dim && !(g.is_meta() && want.device.type() != c10::DeviceType::Meta));
+        if (shape_ok && dtype_ok && device_ok) continue;
+        const std::string& arg = op->args()[i].name;
+        const std::string what = op->args()[i].kind == ArgKind::kTensorList
+                                     ? c10::str("'", arg, "'[", k, "]")
+                                     : c10::str("'", arg, "'");
+        std::ostringstream msg;
+        msg << "the grad for " << what;
+        if (!shape_ok) {
+          msg << " has shape " << g.sym_sizes() << " but " << what << " has shape " << want_sizes
+              << " (a grad must have its input's shape, or one that sums to it)";
+        } else if (!dtype_ok) {
+          msg << " has dtype " << g.scalar_type() << " but " << what << " has dtype " << want.dtype
+              << " (a real input takes a real grad, a complex input a complex one)";
+        } else {
+          msg << " is on " << g.device() << " but " << what << " is on " << want.device
+              << " (a grad must be on its input's device)";
+        }
+        op->backward_error(msg.str());
+      }
+    }
+  }
+
+ protected:
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grad_outputs) override {
+    // NB: the formula is user code that may keep state; calls on one Node are serialized, as
+    // torch does for its custom Functions.
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<at::Tensor> saved_tensors;
+    saved_tensors.reserve(saved.size());
+    const NodePtr self = getptr();
+    for (const auto& s : saved) saved_tensors.push_back(s.unpack(self));
+    std::vector<at::Tensor> grads(std::move(grad_outputs));
+    at::OptionalDeviceGuard device_guard;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) grads[i] = output_info.at(i).zeros(device_guard);
+    }
+    std::vector<at::Tensor> flat;
+    flat.reserve(num_outputs());
+    op->backward_boxed(*state, saved_tensors, grads, flat);
+    check_grads_match_inputs(flat);
+    TORCH_INTERNAL_ASSERT(flat.size() == num_outputs(), op->name(), ": the backward gave ",
+                          flat.size(), " grads for ", num_outputs(), " inputs");
+    return flat;
+  }
+};
+
+void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const std::size_t n = args_.size();
+  // The node's inputs: every tensor of the args, in schema order.
+  // NB: a Tensor? that is None is no input (an undefined tensor there is refused); the grads
+  // skip it too (ArgsInfo::kNone).
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(n);
+  const auto first_arg = stack->end() - static_cast<std::ptrdiff_t>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = first_arg[static_cast<std::ptrdiff_t>(i)];
+    switch (args_[i].kind) {
+      case ArgKind::kTensor: inputs.push_back(v.toTensor()); break;
+      case ArgKind::kOptionalTensor:
+        if (!v.isNone() && v.toTensor().defined()) inputs.push_back(v.toTensor());
+        break;
+      case ArgKind::kTensorList: {
+        auto list = v.toTensorVector();
+        inputs.insert(inputs.end(), list.begin(), list.end());
+        break;
+      }
+      default: break;
+    }
+  }
+  const std::size_t num_returns = returns_.size();
+  if (!torch::autograd::compute_requires_grad(at::TensorList(inputs))) {
+    // No gradient can be asked for: no Node. save_for_backward and the output_differentiability
+    // check still run, as the reference's forward runs them on every call; the saved state is
+    // dropped at once.
+    torch::jit::Stack args(first_arg, stack->end());
+    at::AutoDispatchBelowADInplaceOrView guard;
+    handle_->redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    const torch::jit::Stack outputs(stack->end() - static_cast<std::ptrdiff_t>(num_returns),
+                                    stack->end());
+    std::vector<at::Tensor> to_save;
+    save_boxed(args, outputs, to_save);
+    std::vector<at::Tensor> non_differentiable;
+    non_differentiable_outputs(outputs, non_differentiable);
+    return;
+  }
+
+  NodePtr node_ptr = make_node<AutogradNode>();
+  auto& node = static_cast<AutogradNode&>(*node_ptr);
+  node.op = this;
+  node.node_name = c10::str("customop::OpBackward<", name_, ">");
+  node.set_next_edges(torch::autograd::collect_next_edges(inputs));
+
+  detail::ArgsInfo info;
+  collect_args_info(*stack, info);
+  info.inputs.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    info.inputs.push_back({c10::SymDimVector(t.sym_sizes()), t.scalar_type(), t.device()});
+  }
+  torch::jit::Stack args(first_arg, stack->end());
+
+  std::vector<at::Tensor> to_save;
+  {
+    // NB: the autograd keys are excluded for the kernel and save_for_backward (what
+    // autograd::Function did by switching grad mode off, without touching the mode).
+    at::AutoDispatchBelowADInplaceOrView guard;
+    handle_->redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    torch::jit::Stack outputs(stack->end() - static_cast<std::ptrdiff_t>(num_returns),
+                              stack->end());
+    node.state = save_boxed(args, outputs, to_save);
+  }
+  node.state->info = std::move(info);
+  node.state->op = this;
+
+  std::vector<at::Tensor> non_differentiable;
+  torch::jit::Stack out_view(stack->end() - static_cast<std::ptrdiff_t>(num_returns), stack->end());
+  non_differentiable_outputs(out_view, non_differentiable);
+  std::unordered_set<const c10::TensorImpl*> input_impls;
+  for (const auto& t : inputs) input_impls.insert(t.unsafeGetTensorImpl());
+
+  // The outputs, in return order, with the node as their history.
+  std::vector<at::Tensor> outputs;
+  for (auto it = stack->end() - static_cast<std::ptrdiff_t>(num_returns); it != stack->end();
+       ++it) {
+    if (it->isTensor()) {
+      outputs.push_back(it->toTensor());
+    } else if (it->isTensorList()) {
+      auto list = it->toTensorVector();
+      node.state->return_list_sizes.push_back(static_cast<int32_t>(list.size()));
+      outputs.insert(outputs.end(), list.begin(), list.end());
+    }
+  }
+  node.output_info.reserve(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& out = outputs[i];
+    TORCH_CHECK(!out.defined() || input_impls.count(out.unsafeGetTensorImpl()) == 0, name_,
+                ": the kernel returned one of its input tensors as output ", i,
+                "; a functional op's returns must be new tensors (return a copy, e.g. "
+                "x.clone())");
+    node.output_info.emplace_back(out.defined() ? VariableInfo(out) : VariableInfo());
+    bool differentiable = out.defined() && torch::autograd::isDifferentiableType(out.scalar_type());
+    for (const auto& nd : non_differentiable) {
+      differentiable = differentiable && !nd.is_same(out);
+    }
+    if (differentiable) {
+      torch::autograd::set_history(out, node_ptr);
+    } else {
+      node.add_input_metadata(Node::undefined_input());
+    }
+  }
+
+  // NB: after set_history, so a saved output is recognised as one (saved without its
+  // history, which would be a reference cycle through the node).
+  node.saved.reserve(to_save.size());
+  for (const auto& t : to_save) {
+    const bool is_output = t.defined() && t.grad_fn().get() == node_ptr.get();
+    node.saved.emplace_back(t, is_output);
+  }
+}
+
+}  // namespace customop

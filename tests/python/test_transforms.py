@@ -1,0 +1,192 @@
+"""torch.func transforms on the built-in ops, through customop's generated autograd kernel (a
+backward Node per call, no torch::autograd::Function) and each op's JVP (impl_jvp).
+
+Every transform is compared with a reference that does not use it on the op: grad and vjp with
+torch.autograd.grad; jacrev and jacfwd with each other and with the Jacobian built row by row
+from torch.autograd.grad; jvp with that Jacobian times the tangent; hessian through
+jacfwd(jacrev) and jacrev(jacrev); vmap(grad) with a loop over the batch. float64, eager.
+Compiled autograd is refused with the op's name (not supported yet). vmap itself still runs
+through torch's batching fallback (no batching rules yet).
+
+Environment: CUSTOMOP_OPS_LIB (libcustomop_ops.so).
+"""
+
+import os
+import pathlib
+
+import pytest
+import torch
+from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OPS_LIB = os.environ.get("CUSTOMOP_OPS_LIB") or str(
+    ROOT / "build" / "release" / "plugin" / "ops" / "libcustomop_ops.so")
+if not os.path.exists(OPS_LIB):
+    if "CUSTOMOP_OPS_LIB" in os.environ:
+        raise FileNotFoundError(f"CUSTOMOP_OPS_LIB={OPS_LIB} does not exist")
+    pytest.skip(f"op library not built ({OPS_LIB}); set CUSTOMOP_OPS_LIB", allow_module_level=True)
+torch.ops.load_library(OPS_LIB)
+ops = torch.ops.customop
+D = torch.float64
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=_gen(seed), dtype=D)
+
+
+def _distinct(*shape, seed):
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.randperm(n, generator=_gen(seed)).to(D) * 0.37 - 0.2 * n).reshape(shape)
+
+
+def _away_from_bounds(*shape, seed):
+    x = _randn(*shape, seed=seed)
+    x = torch.where((x + 0.5).abs() < 0.1, x + 0.2, x)
+    return torch.where((x - 0.7).abs() < 0.1, x + 0.2, x)
+
+
+_MASK = torch.tensor([[True, True, False, True, True],
+                      [True, False, True, True, False],
+                      [True, True, True, True, True]])
+
+# name -> (f taking the differentiable tensors and returning one tensor, the primals)
+CASES = {
+    "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6), (_randn(3, 5, seed=1), _randn(5, seed=2))),
+    "bias_gelu": (lambda x, b: ops.bias_gelu(x, b), (_randn(3, 5, seed=3), _randn(5, seed=4))),
+    "bias_gelu_tanh": (lambda x, b: ops.bias_gelu(x, b, "tanh"),
+                       (_randn(3, 5, seed=5), _randn(5, seed=6))),
+    "weighted_sum": (lambda a, b: ops.weighted_sum([a, b], [0.5, -1.25]),
+                     (_randn(3, 5, seed=7), _randn(3, 5, seed=8))),
+    "max_along": (lambda x: ops.max_along(x, 1)[0], (_distinct(3, 5, seed=9),)),
+    "masked_softmax": (lambda x: ops.masked_softmax(x, _MASK, -1), (_randn(3, 5, seed=10),)),
+    "softmax_no_mask": (lambda x: ops.masked_softmax(x, None, 0), (_randn(3, 5, seed=11),)),
+    "clamp_count": (lambda x: ops.clamp_count(x, -0.5, 0.7)[0], (_away_from_bounds(3, 5, seed=12),)),
+}
+NAMES = list(CASES)
+
+
+def _jacobian_rows(f, primals):
+    """The Jacobian of f at primals, one reverse-mode row per output element (autograd.grad,
+    no transform): a tuple with one [out.numel(), p.numel()] matrix per primal."""
+    leaves = [p.detach().clone().requires_grad_() for p in primals]
+    out = f(*leaves).reshape(-1)
+    rows = [[] for _ in leaves]
+    for k in range(out.numel()):
+        gs = torch.autograd.grad(out[k], leaves, retain_graph=True, allow_unused=True)
+        for i, g in enumerate(gs):
+            rows[i].append(torch.zeros_like(leaves[i]).reshape(-1) if g is None else g.reshape(-1))
+    return tuple(torch.stack(r) for r in rows)
+
+
+def _flat(jac, out_numel, primal):
+    return jac.reshape(out_numel, primal.numel())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_grad_and_vjp_match_autograd(name):
+    f, primals = CASES[name]
+    cot = _randn(*f(*primals).shape, seed=99)
+    leaves = [p.clone().requires_grad_() for p in primals]
+    want = torch.autograd.grad((f(*leaves) * cot).sum(), leaves, allow_unused=True)
+    got = grad(lambda *p: (f(*p) * cot).sum(), argnums=tuple(range(len(primals))))(*primals)
+    _, pullback = vjp(f, *primals)
+    for g, v, w in zip(got, pullback(cot), want):
+        w = torch.zeros_like(g) if w is None else w
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(v, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jacrev_jacfwd_and_jvp_match_the_reverse_mode_jacobian(name):
+    f, primals = CASES[name]
+    n_out = f(*primals).numel()
+    want = _jacobian_rows(f, primals)
+    argnums = tuple(range(len(primals)))
+    for transform in (jacrev, jacfwd):
+        got = transform(f, argnums=argnums)(*primals)
+        for i, (g, w) in enumerate(zip(got, want)):
+            torch.testing.assert_close(_flat(g, n_out, primals[i]), w, rtol=1e-10, atol=1e-12,
+                                       msg=lambda m: f"{transform.__name__} argument {i}: {m}")
+    tangents = tuple(_randn(*p.shape, seed=50 + i) for i, p in enumerate(primals))
+    _, out_tangent = jvp(f, primals, tangents)
+    expect = sum(w @ t.reshape(-1) for w, t in zip(want, tangents))
+    torch.testing.assert_close(out_tangent.reshape(-1), expect, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "bias_gelu", "bias_gelu_tanh", "masked_softmax",
+                                  "weighted_sum"])
+def test_hessian_forward_over_reverse_matches_reverse_over_reverse(name):
+    f, primals = CASES[name]
+    w = _randn(*f(*primals).shape, seed=77)
+    loss = lambda x: (f(x, *primals[1:]) * w).sin().sum()
+    torch.testing.assert_close(hessian(loss)(primals[0]), jacrev(jacrev(loss))(primals[0]),
+                               rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop")
+# NB: not weighted_sum: torch's batching fallback takes no Tensor[] argument (a batching rule,
+# op.vmap, is not built yet).
+@pytest.mark.parametrize("name", ["rms_norm", "bias_gelu", "softmax_no_mask"])
+def test_per_sample_grads_match_a_loop(name):
+    f, primals = CASES[name]
+    rest = primals[1:]
+    first = primals[0]
+    got = vmap(grad(lambda x: f(x, *rest).pow(2).sum()))(first)
+    for r in range(first.shape[0]):
+        leaf = first[r].clone().requires_grad_()
+        want = torch.autograd.grad(f(leaf, *rest).pow(2).sum(), leaf)[0]
+        torch.testing.assert_close(got[r], want, rtol=1e-12, atol=1e-12)
+
+
+def test_forward_ad_dual_tensor_gives_the_jvp():
+    import torch.autograd.forward_ad as fwAD
+    f, (x, w) = CASES["rms_norm"]
+    t = _randn(3, 5, seed=5)
+    with fwAD.dual_level():
+        out = f(fwAD.make_dual(x, t), w)
+        tangent = fwAD.unpack_dual(out).tangent
+    want = _jacobian_rows(f, (x, w))[0] @ t.reshape(-1)
+    torch.testing.assert_close(tangent.reshape(-1), want, rtol=1e-10, atol=1e-12)
+
+
+def test_compiled_autograd_is_refused_naming_the_op():
+    from torch._dynamo import compiled_autograd
+    f, (x, w) = CASES["rms_norm"]
+    y = f(x.clone().requires_grad_(), w)  # eager forward: its grad_fn is customop's Node
+    assert y.grad_fn.name() == "customop::OpBackward<customop::rms_norm>"
+    with pytest.raises(Exception, match=r"customop::rms_norm: compiled autograd"):
+        with compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+            y.sum().backward()
+
+
+# The same functions in ATen ops, for the nested transforms (a wrong nested grad of the op would
+# agree with itself across paths; it cannot agree with these).
+REFERENCES = {
+    "rms_norm": lambda x, w: x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * w,
+    "bias_gelu": lambda x, b: torch.nn.functional.gelu(x + b),
+    "bias_gelu_tanh": lambda x, b: torch.nn.functional.gelu(x + b, approximate="tanh"),
+    "masked_softmax": lambda x: torch.softmax(x.masked_fill(~_MASK, float("-inf")), -1),
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+@pytest.mark.parametrize("nesting", ["grad(grad)", "jacfwd(jacrev)", "jacrev(jacrev)"])
+def test_nested_transforms_match_the_aten_composite(name, nesting):
+    f, primals = CASES[name]
+    ref = REFERENCES[name]
+    w = _randn(*f(*primals).shape, seed=88)
+    def scalar(fn):
+        return lambda x: (fn(x, *primals[1:]) * w).sin().sum()
+    if nesting == "grad(grad)":
+        t = lambda fn: grad(lambda x: grad(scalar(fn))(x).pow(2).sum())
+    elif nesting == "jacfwd(jacrev)":
+        t = lambda fn: jacfwd(jacrev(scalar(fn)))
+    else:
+        t = lambda fn: jacrev(jacrev(scalar(fn)))
+    torch.testing.assert_close(t(f)(primals[0]), t(ref)(primals[0]), rtol=1e-9, atol=1e-11)
