@@ -11,7 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.autograd.gradcheck import GradcheckError
 
-from . import _callable, _harness
+from . import _callable, _forward_ad_check, _harness
 
 
 class UnreliableDifferencesWarning(UserWarning):
@@ -26,7 +26,6 @@ _REFUSED = {
     "check_batched_grad": "vmap over the backward (torch's batched-grad check); run "
                           "torch.autograd.gradcheck(..., check_batched_grad=True) for it",
     "check_batched_forward_grad": "forward-mode AD under vmap",
-    "check_forward_ad": "forward-mode AD (jvp)",
     "masked": "sparse inputs",
 }
 # customop's own options gradcheck() passes to the harness (GradcheckOptions fields).
@@ -139,7 +138,11 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     - nondet_tol, check_undefined_grad, fast_mode: as torch (fast mode: customop's random
       projections, whose guarantee is stated in options.h).
     - check_grad_dtypes: accepted; grad dtype, device and shape are always checked here.
-    - check_batched_grad, check_batched_forward_grad, check_forward_ad, masked (set to True),
+    - check_forward_ad: the forward-mode derivative (torch.autograd.forward_ad) against the
+      reverse-mode one this call verifies (customop/_forward_ad_check.py: the whole Jacobian
+      both ways in slow mode, naming output, input and element; random projections in fast
+      mode); a function whose forward-mode AD raises fails it with the message.
+    - check_batched_grad, check_batched_forward_grad, masked (set to True),
       check_backward_ad (False): NotImplementedError naming the keyword (no such check here).
     - options: customop's own: seed, label, input_subsets ("none", "singles",
       "singles-and-complements"), check_layout_variants, check_grad_output_scaling, ...;
@@ -160,6 +163,7 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     top_names = options.pop("_top_names", None)  # gradgradcheck's names for its function
     want_report = options.pop("_want_report", False)  # check_callable's (verdict, report)
     caller = options.pop("_caller", "gradcheck")
+    check_forward_ad = bool(options.pop("check_forward_ad", False))
     opts = _options(caller, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode, options)
     _harness.ensure_loaded()
     inputs = _callable.as_tuple(inputs)
@@ -184,6 +188,13 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
             if len(probe) > 1:
                 opts["return_names"] = [f"output {k}" for k in range(len(probe))]
             report = _harness.run(op.name, list(op.tensors), opts)
+        if check_forward_ad:
+            failures = _forward_ad_check.check(func, inputs, top_names, fast_mode,
+                                               int(opts.get("seed", 0)))
+            report.setdefault("checks_run", []).append("forward_ad")
+            if failures:
+                report["passed"] = False
+                report.setdefault("failures", []).extend(failures)
     if want_report:
         return report["passed"], report
     return _verdict(report, raise_exception)

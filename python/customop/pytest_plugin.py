@@ -11,7 +11,7 @@ installed; nothing is imported from torch or customop until it is used):
   customop's check instead, whose verdict the test gets; torch's own check runs beside it on
   the same call, and the calls where the two verdicts differ are listed at the end of the run
   (file, test, function, both verdicts, customop's first failure). Calls with keywords that
-  customop refuses (check_batched_grad=True, check_forward_ad=True, ...) go to torch alone and
+  customop refuses (check_batched_grad=True, check_batched_forward_grad=True, ...) go to torch alone and
   are counted.
 """
 

@@ -111,7 +111,7 @@ class WrongSecond(torch.autograd.Function):
 
 
 def test_refused_keywords_name_themselves():
-    for kw in ("check_batched_grad", "check_forward_ad", "check_batched_forward_grad"):
+    for kw in ("check_batched_grad", "check_batched_forward_grad"):
         with pytest.raises(NotImplementedError, match=kw):
             gc.gradcheck(torch.sin, (leaf(3),), **{kw: True})
     with pytest.raises(NotImplementedError, match="masked"):
@@ -120,6 +120,88 @@ def test_refused_keywords_name_themselves():
         gc.gradcheck(torch.sin, (leaf(3),), check_backward_ad=False)
     with pytest.raises(TypeError, match="unexpected keyword argument 'tolerance'"):
         gc.gradcheck(torch.sin, (leaf(3),), tolerance=1)
+
+
+class SinMul(torch.autograd.Function):
+    """y = x * sin(w), with a correct JVP."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        ctx.primals = (x, w)
+        return x * w.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w.sin(), g * x * w.cos()
+
+    @staticmethod
+    def jvp(ctx, tx, tw):
+        x, w = ctx.primals
+        return tx * w.sin() + x * w.cos() * tw
+
+
+class SinMulWrongJvp(SinMul):
+    """The planted bug: the JVP's w term is halved (the backward is right)."""
+
+    @staticmethod
+    def jvp(ctx, tx, tw):
+        x, w = ctx.primals
+        return tx * w.sin() + 0.5 * x * w.cos() * tw
+
+
+@pytest.mark.parametrize("fast_mode", [False, True])
+def test_check_forward_ad_catches_a_wrong_jvp_and_passes_its_twin(fast_mode):
+    args = (leaf(3, 4, seed=1), leaf(3, 4, seed=2))
+    ok, report = gc.check_callable(gc.gradcheck, SinMul.apply, args, check_forward_ad=True,
+                                   fast_mode=fast_mode)
+    assert ok and "forward_ad" in report["checks_run"], report.get("failures")
+    ok, report = gc.check_callable(gc.gradcheck, SinMulWrongJvp.apply, args,
+                                   check_forward_ad=True, fast_mode=fast_mode)
+    assert not ok
+    (failure,) = [f for f in report["failures"] if f["check"] == "forward_ad"]
+    assert "input 'w'" in failure["headline"]  # x's JVP term is right: only w is named
+    if not fast_mode:
+        assert "at element [0, 0]" in failure["headline"]
+    # The backward is right: the reverse-mode checks pass.
+    assert all(f["check"] == "forward_ad" for f in report["failures"])
+
+
+def test_check_forward_ad_reports_a_function_without_forward_mode_ad():
+    class NoJvp(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    ok, report = gc.check_callable(gc.gradcheck, NoJvp.apply, (leaf(3),), check_forward_ad=True)
+    assert not ok
+    (failure,) = report["failures"]
+    assert failure["check"] == "forward_ad" and "raised" in failure["headline"]
+    assert "jvp" in failure["detail"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_check_forward_ad_passes_the_builtin_ops(dtype):
+    ops = torch.ops.customop
+    x, y, w = leaf(3, 4, seed=3, dtype=dtype), leaf(3, 4, seed=4, dtype=dtype), leaf(4, seed=5, dtype=dtype)
+    cases = {
+        "rms_norm": (lambda a, b: ops.rms_norm(a, b, 1e-6), (x, w)),
+        "bias_gelu": (lambda a, b: ops.bias_gelu(a, b, "tanh"), (x, w)),
+        "max_along": (lambda a: ops.max_along(a, 1), (x,)),
+        "clamp_count": (lambda a: ops.clamp_count(a, -0.5, 0.7), (x,)),
+        "masked_softmax": (lambda a: ops.masked_softmax(a, None, -1), (x,)),
+        "weighted_sum": (lambda a, b: ops.weighted_sum([a, b], [0.5, 2.0]), (x, y)),
+    }
+    for name, (f, args) in cases.items():
+        for fast_mode in (False, True):
+            ok, report = gc.check_callable(gc.gradcheck, f, args, check_forward_ad=True,
+                                           fast_mode=fast_mode)
+            assert ok, (name, fast_mode, report.get("failures"))
 
 
 def test_a_raising_backward_is_a_report_not_a_system_error():
