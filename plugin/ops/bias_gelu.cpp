@@ -141,6 +141,8 @@ Op<BiasGeluArgs>& bias_gelu_op() {
     o.autocast(AutocastPolicy::kPromote);
     o.impl_autograd(&bias_gelu_save, &bias_gelu_backward);
     o.impl_jvp(&bias_gelu_jvp);
+    // vmap: rows are independent (the normalized/pointwise dims come last).
+    o.vmap(customop::BatchRule::rows({"input"}));
     o.samples(&bias_gelu_samples);
     return o;
   }();

@@ -121,6 +121,9 @@ Op<ClampCountArgs, ClampCountResult>& clamp_count_op() {
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&clamp_count_save, &clamp_count_backward, {true, false});
     o.impl_jvp(&clamp_count_jvp);
+    // vmap: one call per example; the count is a total over the whole input, so a batched
+    // call would mix the examples.
+    o.vmap(customop::BatchRule::loop());
     o.samples(&clamp_count_samples);
     return o;
   }();

@@ -129,6 +129,8 @@ Op<MaskedSoftmaxArgs>& masked_softmax_op() {
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&masked_softmax_save, &masked_softmax_backward);
     o.impl_jvp(&masked_softmax_jvp);
+    // vmap: rows independent except along `dim`; the mask broadcasts to input.
+    o.vmap(customop::BatchRule::rows({"input", "mask"}, {"dim"}));
     o.samples(&masked_softmax_samples);
     return o;
   }();

@@ -132,6 +132,8 @@ Op<MaxAlongArgs, MaxAlongResult>& max_along_op() {
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&max_along_save, &max_along_backward, {true, false});
     o.impl_jvp(&max_along_jvp);
+    // vmap: slices along `dim` are independent.
+    o.vmap(customop::BatchRule::rows({"input"}, {"dim"}));
     o.samples(&max_along_samples);
     return o;
   }();

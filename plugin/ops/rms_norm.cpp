@@ -138,6 +138,8 @@ Op<RmsNormArgs>& rms_norm_op() {
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&rms_norm_save, &rms_norm_backward);
     o.impl_jvp(&rms_norm_jvp);
+    // vmap: rows are independent (the normalized/pointwise dims come last).
+    o.vmap(customop::BatchRule::rows({"input"}));
     o.samples(&rms_norm_samples);
     return o;
   }();

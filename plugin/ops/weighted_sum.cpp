@@ -123,6 +123,8 @@ Op<WeightedSumArgs>& weighted_sum_op() {
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&weighted_sum_save, &weighted_sum_backward);
     o.impl_jvp(&weighted_sum_jvp);
+    // vmap: elementwise over the inputs (all of one shape).
+    o.vmap(customop::BatchRule::rows({"inputs"}));
     o.samples(&weighted_sum_samples);
     return o;
   }();

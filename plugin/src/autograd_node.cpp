@@ -160,7 +160,8 @@ struct AutogradNode final : Node {
   }
 };
 
-void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
+                          const torch::jit::Stack* fw_args) {
   const std::size_t n = args_.size();
   // The node's inputs: every tensor of the args, in schema order.
   // NB: a Tensor? that is None is no input (an undefined tensor there is refused); the grads
@@ -189,14 +190,18 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     // check still run, as the reference's forward runs them on every call; the saved state is
     // dropped at once.
     torch::jit::Stack args(first_arg, stack->end());
-    at::AutoDispatchBelowADInplaceOrView guard;
-    handle_->redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
-    const torch::jit::Stack outputs(stack->end() - static_cast<std::ptrdiff_t>(num_returns),
-                                    stack->end());
-    std::vector<at::Tensor> to_save;
-    save_boxed(args, outputs, to_save);
-    std::vector<at::Tensor> non_differentiable;
-    non_differentiable_outputs(outputs, non_differentiable);
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      handle_->redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+      const torch::jit::Stack outputs(stack->end() - static_cast<std::ptrdiff_t>(num_returns),
+                                      stack->end());
+      std::vector<at::Tensor> to_save;
+      save_boxed(args, outputs, to_save);
+      std::vector<at::Tensor> non_differentiable;
+      non_differentiable_outputs(outputs, non_differentiable);
+    }
+    // NB: outside the guard: the JVP's ops (and _fw_primal) need the autograd keys.
+    if (fw_args != nullptr) apply_forward_grads(*fw_args, *stack);
     return;
   }
 
@@ -264,6 +269,9 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     }
   }
 
+  // NB: the tangents before the saved outputs are packed: a SavedVariable of an output keeps
+  // the tangent it has then (forward-over-reverse reads it in backward), as torch's kernels do.
+  if (fw_args != nullptr) apply_forward_grads(*fw_args, *stack);
   // NB: after set_history, so a saved output is recognised as one (saved without its
   // history, which would be a reference cycle through the node).
   node.saved.reserve(to_save.size());

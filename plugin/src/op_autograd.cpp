@@ -104,8 +104,7 @@ void OpCore::autograd_kernel(const c10::OperatorHandle& h, c10::DispatchKeySet k
   // registering the formula while this call runs).
   const uint8_t parts = formula_parts_.load(std::memory_order_acquire);
   if (parts == (kSavePart | kBackwardPart)) {
-    run_autograd(ks, stack);
-    if (fw_args) apply_forward_grads(*fw_args, *stack);
+    run_autograd(ks, stack, fw_args ? &*fw_args : nullptr);
     return;
   }
   if (parts != 0) {

@@ -16,6 +16,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/forward_grad.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
@@ -197,20 +198,28 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
   const size_t n = args_.size();
   auto arg = [&](size_t i) -> const c10::IValue& { return (*stack)[stack->size() - n + i]; };
   if (key == kAutograd) {
-    if (c10::GradMode::is_enabled()) {
+    // A tangent (forward-mode AD, torch.func.jvp) is differentiated like a grad: through the
+    // functional op (whose JVP runs, and copy_ carries the tangent into x), or refused.
+    const bool grad_mode = c10::GradMode::is_enabled();
+    const bool fw_level = torch::autograd::ForwardADLevel::try_get_by_idx(0) != nullptr;
+    if (grad_mode || fw_level) {
       for (size_t i = 0; i < n; ++i) {
         std::vector<at::Tensor> ts;
         if (arg(i).isTensor()) ts.push_back(arg(i).toTensor());
         if (arg(i).isTensorList()) ts = arg(i).toTensorVector();
         for (const auto& t : ts) {
-          if (!t.defined() || !t.requires_grad()) continue;
+          if (!t.defined()) continue;
+          const bool wants_grad = grad_mode && t.requires_grad();
+          const bool has_tangent = fw_level && t._fw_grad(/*level=*/0).defined();
+          if (!wants_grad && !has_tangent) continue;
           if (inplace_grad_ == InplaceGrad::kThroughFunctional) {
             inplace_autograd(stack);
             return;
           }
           TORCH_CHECK(false, variant,
                       ": the in-place variant is not differentiable, but argument '", args_[i].name,
-                      "' requires grad. Call the functional op ", name_,
+                      wants_grad ? "' requires grad" : "' carries a forward-mode tangent",
+                      ". Call the functional op ", name_,
                       " to differentiate, or call this one under torch.no_grad() (or declare "
                       "op.inplace_variant(customop::InplaceGrad::kThroughFunctional))");
         }

@@ -74,7 +74,7 @@ def _vjp(op, primals, diff, cotangents) -> list[torch.Tensor]:
 def check(func: Callable, inputs, top_names, fast_mode: bool, seed: int) -> list[dict]:
     """The failures of the forward-AD check of `func` at `inputs` (empty: passed)."""
     op = _callable.CallableOp(func, inputs, 0, top_names)
-    primals = [t.detach() for t in op.tensors]
+    primals = [t.detach().clone() for t in op.tensors]  # private copies: func may write them
     diff = [k for k, t in enumerate(op.tensors)
             if t.requires_grad and (t.is_floating_point() or t.is_complex())]
     names = op.arg_names
@@ -88,7 +88,8 @@ def check(func: Callable, inputs, top_names, fast_mode: bool, seed: int) -> list
     gen = torch.Generator().manual_seed(seed)
 
     def randn_like(t):
-        return torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
+        # NB: drawn on the CPU (the generator's device), then moved: the input's device.
+        return torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype)
 
     failures = []
     for k, out in enumerate(outs):

@@ -14,6 +14,7 @@ from typing import Callable
 
 from ._compiled_check import check_compiled, format_compiled
 from ._shape_lock import check_shape_lock, format_shape_lock
+from ._transforms_check import check_transforms, format_transforms
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ PY_CHECKS = (
                        f"{r['out_lowering']}" + ("" if r["out_overload"] is None else
                                                  ", taken" if r["lowered"] else
                                                  ", not taken by Inductor"))),
+    PyCheck("check_transforms", "transforms", check_transforms, format_transforms,
+            lambda r: (f"torch.func {', '.join(r['transforms'])} agree (vmap fallback off)"
+                       + "".join(f"; {u}" for u in r["unsupported"]))),
 )
 
 

@@ -157,6 +157,11 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         it and the greatest difference; report["compiled"] holds what it saw
         (customop/_compiled_check.py). Its cost, measured on a 2-core CPU machine: 24-34 s the
         first time in a process (Inductor's start-up), then 0.1-0.4 s per sample;
+      - check_transforms=False: skip the torch.func check (on by default; Python only): vjp,
+        jvp, jacrev vs jacfwd, hessian both ways, vmap over each differentiable input and
+        all of them (dims 0 and -1) and vmap(vjp)/vmap(jvp), against references without the
+        transform, with torch's vmap fallback off; fails the report ("transforms") naming the
+        transform and the first difference (customop/_transforms_check.py);
       - dtype=torch.bfloat16 (or float16, float32, float64): every floating tensor of each
         sample is cast to it first (requires_grad kept). float16/bfloat16 are judged by the
         low-precision rule (a precise float64 run on the same rounded values; README

@@ -1,5 +1,5 @@
 """The built-in ops in the PyTorch 2 stack: fake (Meta) kernels, torch.library.opcheck,
-torch.compile (fullgraph, dynamic shapes, inductor and aot_eager) and what stays unsupported.
+torch.compile (fullgraph, dynamic shapes, inductor and aot_eager), vmap through the ops' rules.
 
 Samples: every sample each op registers (OpCore::samples), in float64, float32, bfloat16 and
 float16 (the CPU kernels take all four), written by
@@ -180,13 +180,16 @@ def test_compile_fullgraph_dynamic_matches_eager_without_recompiling(backend):
     assert int(clamped) == int(ce)
 
 
-# ---- what stays unsupported ------------------------------------------------------------------
+# ---- torch.func (the transforms themselves: test_transforms.py) ---------------------------
 
-@pytest.mark.filterwarnings("ignore:There is a performance drop")
-def test_vmap_works_through_the_batching_fallback():
+def test_vmap_runs_the_ops_batching_rule_not_torchs_fallback():
     x = torch.randn(3, 4, dtype=torch.float64)
     w = torch.rand(4, dtype=torch.float64)
-    out = torch.func.vmap(lambda r: torch.ops.customop.rms_norm(r, w, 1e-6))(x)
+    torch._C._functorch._set_vmap_fallback_enabled(False)
+    try:
+        out = torch.func.vmap(lambda r: torch.ops.customop.rms_norm(r, w, 1e-6))(x)
+    finally:
+        torch._C._functorch._set_vmap_fallback_enabled(True)
     torch.testing.assert_close(out, torch.ops.customop.rms_norm(x, w, 1e-6))
 
 

@@ -4,9 +4,11 @@ backward Node per call, no torch::autograd::Function) and each op's JVP (impl_jv
 Every transform is compared with a reference that does not use it on the op: grad and vjp with
 torch.autograd.grad; jacrev and jacfwd with each other and with the Jacobian built row by row
 from torch.autograd.grad; jvp with that Jacobian times the tangent; hessian through
-jacfwd(jacrev) and jacrev(jacrev); vmap(grad) with a loop over the batch. float64, eager.
-Compiled autograd is refused with the op's name (not supported yet). vmap itself still runs
-through torch's batching fallback (no batching rules yet).
+jacfwd(jacrev) and jacrev(jacrev); vmap (every in_dims combination), vmap(grad), vmap(vjp)
+and vmap(jvp) with a loop over the batch. float64, eager. Every test runs with torch's vmap
+fallback switched off, so a transform that reaches an op without its batching rule (op.vmap)
+fails instead of looping silently. Compiled autograd is refused with the op's name (not
+supported yet).
 
 Environment: CUSTOMOP_OPS_LIB (libcustomop_ops.so).
 """
@@ -28,6 +30,14 @@ if not os.path.exists(OPS_LIB):
 torch.ops.load_library(OPS_LIB)
 ops = torch.ops.customop
 D = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _no_vmap_fallback():
+    """torch's per-example vmap fallback off: the ops' own batching rules must serve."""
+    torch._C._functorch._set_vmap_fallback_enabled(False)
+    yield
+    torch._C._functorch._set_vmap_fallback_enabled(True)
 
 
 def _gen(seed):
@@ -137,10 +147,10 @@ def test_per_sample_grads_match_a_loop(name):
     f, primals = CASES[name]
     rest = primals[1:]
     first = primals[0]
-    got = vmap(grad(lambda x: f(x, *rest).pow(2).sum()))(first)
+    got = vmap(grad(lambda x: f(x, *rest).sin().sum()))(first)
     for r in range(first.shape[0]):
         leaf = first[r].clone().requires_grad_()
-        want = torch.autograd.grad(f(leaf, *rest).pow(2).sum(), leaf)[0]
+        want = torch.autograd.grad(f(leaf, *rest).sin().sum(), leaf)[0]
         torch.testing.assert_close(got[r], want, rtol=1e-12, atol=1e-12)
 
 
@@ -190,3 +200,118 @@ def test_nested_transforms_match_the_aten_composite(name, nesting):
     else:
         t = lambda fn: jacrev(jacrev(scalar(fn)))
     torch.testing.assert_close(t(f)(primals[0]), t(ref)(primals[0]), rtol=1e-9, atol=1e-11)
+
+
+def _loop(f, in_dims, args):
+    """vmap's meaning, spelled out: f on each example, outputs stacked along dim 0."""
+    size = next(a.shape[d] for a, d in zip(args, in_dims) if d is not None)
+    outs = [f(*[a if d is None else a.select(d, b) for a, d in zip(args, in_dims)])
+            for b in range(size)]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs))
+    return torch.stack(outs)
+
+
+def _batched(primals, in_dims, batch=4, seed=200):
+    """Per-example primals with a batch dim of `batch` inserted at each in_dim."""
+    out = []
+    for k, (p, d) in enumerate(zip(primals, in_dims)):
+        if d is None:
+            out.append(p)
+            continue
+        stacked = torch.stack([p + 0.01 * b * _randn(*p.shape, seed=seed + k) for b in range(batch)])
+        out.append(stacked.movedim(0, d))
+    return out
+
+
+def _in_dims_cases(primals):
+    cases = []
+    for combo in __import__("itertools").product(*[(None, 0, -1) if p.dim() else (None, 0)
+                                                  for p in primals]):
+        if any(d is not None for d in combo):
+            cases.append(combo)
+    return cases
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_matches_a_loop_over_every_in_dims(name):
+    f, primals = CASES[name]
+    full = lambda *a: f(*a)
+    if name in ("max_along", "clamp_count"):  # both outputs: values and indices / count
+        full = {"max_along": lambda x: ops.max_along(x, 1),
+                "clamp_count": lambda x: ops.clamp_count(x, -0.5, 0.7)}[name]
+    for in_dims in _in_dims_cases(primals):
+        args = _batched(primals, in_dims)
+        got = vmap(full, in_dims=in_dims)(*args)
+        want = _loop(full, in_dims, args)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12,
+                                       msg=lambda m: f"in_dims={in_dims}: {m}")
+
+
+def test_vmap_masked_softmax_with_a_batched_mask_only():
+    x = _randn(3, 5, seed=21)
+    masks = torch.stack([_MASK, _MASK.flip(1), torch.ones_like(_MASK)])
+    got = vmap(lambda m: ops.masked_softmax(x, m, -1))(masks)
+    want = torch.stack([ops.masked_softmax(x, m, -1) for m in masks])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_of_vjp_and_jvp_match_a_loop(name):
+    f, primals = CASES[name]
+    batch = 3
+    cots = torch.stack([_randn(*f(*primals).shape, seed=300 + b) for b in range(batch)])
+    tans = [torch.stack([_randn(*p.shape, seed=400 + 10 * k + b) for b in range(batch)])
+            for k, p in enumerate(primals)]
+    got_vjp = vmap(lambda c: vjp(f, *primals)[1](c))(cots)
+    got_jvp = vmap(lambda *t: jvp(f, primals, t)[1])(*tans)
+    for b in range(batch):
+        want_vjp = vjp(f, *primals)[1](cots[b])
+        want_jvp = jvp(f, primals, tuple(t[b] for t in tans))[1]
+        for g, w in zip(got_vjp, want_vjp):
+            torch.testing.assert_close(g[b], w, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got_jvp[b], want_jvp, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_forward_over_reverse_with_autograd_and_dual_tensors(name):
+    """fwAD dual inputs that also require grad, then autograd.grad(create_graph=True): the
+    grad's tangent reads the saved tensors' tangents (masked_softmax saves its output: the
+    output's tangent must be set before it is saved)."""
+    import torch.autograd.forward_ad as fwAD
+    f, primals = CASES[name]
+    ref = REFERENCES[name]
+    tangent = _randn(*primals[0].shape, seed=61)
+    got = []
+    for fn in (f, ref):
+        with fwAD.dual_level():
+            x = fwAD.make_dual(primals[0].clone(), tangent).requires_grad_()
+            y = fn(x, *primals[1:])
+            (g,) = torch.autograd.grad(y.sin().sum(), x, create_graph=True)
+            got.append(fwAD.unpack_dual(g).tangent.clone())
+    torch.testing.assert_close(got[0], got[1], rtol=1e-10, atol=1e-12)
+
+
+def test_inplace_variants_under_forward_ad():
+    """rms_norm_ (differentiable through rms_norm) gives rms_norm's tangent; bias_gelu_ (not
+    differentiable) refuses a tangent and writes nothing."""
+    import torch.autograd.forward_ad as fwAD
+    x, w = CASES["rms_norm"][1]
+    tx, tw = _randn(3, 5, seed=71), _randn(5, seed=72)
+    with fwAD.dual_level():
+        want = fwAD.unpack_dual(ops.rms_norm(fwAD.make_dual(x, tx), fwAD.make_dual(w, tw), 1e-6))
+        dual_x = fwAD.make_dual(x.clone(), tx)
+        got = fwAD.unpack_dual(ops.rms_norm_(dual_x, fwAD.make_dual(w, tw), 1e-6))
+        torch.testing.assert_close(got.primal, want.primal, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got.tangent, want.tangent, rtol=1e-12, atol=1e-12)
+        b = _randn(5, seed=73)
+        target = fwAD.make_dual(x.clone(), tx)
+        before = fwAD.unpack_dual(target).primal.clone()
+        with pytest.raises(RuntimeError, match=r"customop::bias_gelu_: .* carries a forward-mode tangent"):
+            ops.bias_gelu_(target, b)
+        torch.testing.assert_close(fwAD.unpack_dual(target).primal, before, rtol=0, atol=0)
+    out_t = jvp(lambda a: ops.rms_norm_(a.clone(), w, 1e-6), (x,), (tx,))[1]
+    torch.testing.assert_close(out_t, jvp(lambda a: ops.rms_norm(a, w, 1e-6), (x,), (tx,))[1],
+                               rtol=1e-12, atol=1e-12)

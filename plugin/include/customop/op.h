@@ -367,6 +367,25 @@ class Op final : public OpCore {
     return *this;
   }
 
+  /// Declares how the op runs under torch.func.vmap (customop/batching.h): `rows` (the op
+  /// treats leading dims as independent rows: one call serves the batch) or `loop` (one call
+  /// per example, for any op). Registered at the FuncTorchBatched dispatch key, so vmap, and
+  /// the transforms built on it (jacrev, jacfwd, hessian, per-sample grads), run without
+  /// torch's per-example fallback, which cannot take a Tensor[] argument.
+  /// \param rule  the rule; argument names as the schema spells them
+  /// \param loc   where the declaration is made; named in later errors
+  /// \returns     *this, for chaining
+  /// \throws c10::ValueError naming the op and the argument when a row argument is unknown or
+  ///         not a tensor, a dim argument unknown or not int, or `rows` is declared for an op
+  ///         with a non-tensor return; c10::Error naming both locations when a rule is already
+  ///         declared.
+  /// Example:
+  ///   op.vmap(customop::BatchRule::rows({"input"}));
+  Op& vmap(BatchRule rule, std::source_location loc = std::source_location::current()) {
+    set_batch_rule(std::move(rule), loc);
+    return *this;
+  }
+
   /// Declares how the op runs on DTensors (customop/sharding.h): pointwise, reduction (fixed
   /// dims or a dim argument), replicate, or the general form, with partial-sum outputs.
   /// `import customop` and `customop.load_library` register it with DTensor;

@@ -6,6 +6,7 @@
 
 #include <customop/arg_types.h>
 #include <customop/autocast.h>
+#include <customop/batching.h>
 #include <customop/grads.h>
 #include <customop/shape.h>
 #include <customop/sharding.h>
@@ -243,6 +244,14 @@ class OpCore {
   /// already declared, or when the op has an autocast kernel from outside customop.
   void set_autocast(AutocastPolicy policy, std::source_location loc);
 
+  /// The op's batching rule (Op::vmap), or nullptr when it declared none (then torch's
+  /// per-example fallback runs under vmap, with its performance warning naming the op).
+  const BatchRule* batch_rule() const { return batch_rule_ ? &*batch_rule_ : nullptr; }
+  /// The untyped half of Op::vmap: validates `rule` against the schema and registers the
+  /// op's FuncTorchBatched kernel (op_batching.cpp). Throws c10::ValueError naming the op and
+  /// the argument at fault, c10::Error naming both locations when a rule is already declared.
+  void set_batch_rule(BatchRule rule, std::source_location loc);
+
   /// The op's DTensor sharding rule (Op::sharding), or nullptr when it declared none.
   const Sharding* sharding_rule() const { return sharding_ ? &*sharding_ : nullptr; }
   /// The untyped half of Op::sharding: validates `rule` against the schema and keeps it.
@@ -376,6 +385,11 @@ class OpCore {
   friend struct DeviceKernel;
   friend struct TracerKernel;
   friend struct AutocastKernel;
+  friend struct BatchedKernel;
+  /// The FuncTorchBatched kernel (op_batching.cpp): the declared rule, per call.
+  void batched_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) const;
+  std::optional<BatchRule> batch_rule_;
+  std::source_location batch_rule_loc_;
   void autocast_kernel(const c10::OperatorHandle& op, c10::DeviceType device,
                        torch::jit::Stack* stack) const;
   void tracer_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
@@ -385,8 +399,11 @@ class OpCore {
   void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                        torch::jit::Stack* stack);
   /// Runs the op with the generated autograd kernel (autograd_node.cpp) on the args on
-  /// `stack`: a backward Node per call when an input requires grad under grad mode.
-  void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack);
+  /// `stack`: a backward Node per call when an input requires grad under grad mode. With
+  /// `fw_args` (a copy of the args, when one carries a tangent) it also sets the outputs'
+  /// tangents, before the saved outputs are packed (so a saved output keeps its tangent).
+  void run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
+                    const torch::jit::Stack* fw_args);
   /// Forward-mode AD (forward_grad.cpp). forward_grad_needed: whether an argument on top of
   /// `stack` carries a tangent; throws c10::NotImplementedError naming the op, the argument and
   /// impl_jvp when one does and the op has no JVP. apply_forward_grads: `args` are the call's

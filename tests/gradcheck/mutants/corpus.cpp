@@ -115,7 +115,8 @@ const std::vector<SchemaCorpusEntry>& schema_corpus() {
 
 namespace {
 // Loading libcustomop_mutants.so registers every op with the dispatcher.
-[[maybe_unused]] const bool registered = (corpus(), schema_corpus(), true);
+[[maybe_unused]] const bool registered =
+    (corpus(), schema_corpus(), detail::register_transform_bugs(), true);
 }  // namespace
 
 }  // namespace customop_mutants

@@ -12,6 +12,7 @@ namespace customop_mutants::detail {
 void register_elementwise();
 void register_structured();
 void register_schema_bugs();
+void register_transform_bugs();
 
 /// Sample tensors: the device and dtype the harness asks for, values from the global RNG
 /// (the harness seeds it), kept away from 0 where `away_from_zero`.

@@ -1,0 +1,275 @@
+// Batching rules (Op::vmap, customop/batching.h): the declaration's checks against the schema,
+// and the op's kernel at the FuncTorchBatched dispatch key, which runs the rule on the
+// arguments batched at the current vmap level (torch.func's layer) and wraps the outputs
+// back as batched tensors at that level. Below it (FuncTorchBatched excluded) the op runs as
+// usual: autograd, autocast and the device kernels see plain (or outer-level) tensors.
+
+#include "op_core_internal.h"
+
+#include <ATen/ATen.h>
+#include <ATen/functorch/BatchedTensorImpl.h>
+#include <ATen/functorch/DynamicLayer.h>
+#include <ATen/functorch/PlumbingHelper.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace customop {
+
+struct BatchedKernel final : c10::OperatorKernel {
+  explicit BatchedKernel(const OpCore* op) : op_(op) {}
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet /*ks*/,
+                  torch::jit::Stack* stack) {
+    op_->batched_kernel(h, stack);
+  }
+  const OpCore* op_;
+};
+
+void OpCore::set_batch_rule(BatchRule rule, std::source_location loc) {
+  TORCH_CHECK(!batch_rule_.has_value(), name_, ": a batching rule is already declared at ",
+              format_location(batch_rule_loc_), "; the second one at ", format_location(loc),
+              " is refused");
+  const std::string where = c10::str(name_, ": op.vmap at ", format_location(loc), ": ");
+  auto find_arg = [&](const std::string& arg) -> const ArgSpec* {
+    for (const auto& a : args_) {
+      if (a.name == arg) return &a;
+    }
+    return nullptr;
+  };
+  if (rule.kind() == BatchRule::Kind::kRows) {
+    TORCH_CHECK_VALUE(!rule.row_args().empty(), where, "BatchRule::rows needs a row argument");
+    for (const auto& r : rule.row_args()) {
+      const ArgSpec* a = find_arg(r);
+      TORCH_CHECK_VALUE(a != nullptr, where, "the row argument '", r,
+                        "' is not an argument of the schema");
+      TORCH_CHECK_VALUE(is_tensor_like(a->kind), where, "the row argument '", r,
+                        "' must be Tensor, Tensor? or Tensor[], but is ", a->type);
+      TORCH_CHECK_VALUE(!a->written, where, "the row argument '", r,
+                        "' is written in place; batching rules of ops that write their "
+                        "arguments are not supported");
+    }
+    for (const auto& d : rule.dim_args()) {
+      const ArgSpec* a = find_arg(d);
+      TORCH_CHECK_VALUE(a != nullptr, where, "the dim argument '", d,
+                        "' is not an argument of the schema");
+      TORCH_CHECK_VALUE(a->kind == ArgKind::kInt, where, "the dim argument '", d,
+                        "' must be int, but is ", a->type);
+    }
+    for (std::size_t r = 0; r < returns_.size(); ++r) {
+      TORCH_CHECK_VALUE(returns_[r] == ArgKind::kTensor || returns_[r] == ArgKind::kTensorList,
+                        where, "BatchRule::rows needs Tensor or Tensor[] returns, but return ", r,
+                        " is not one (its value would mix the examples); use BatchRule::loop");
+    }
+  }
+  TORCH_CHECK_VALUE(!mutates_, where,
+                    "batching rules of ops that write their arguments are not supported");
+  batch_rule_ = std::move(rule);
+  batch_rule_loc_ = loc;
+  auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns_, std::nullopt,
+                                              loc.file_name(), loc.line());
+  lib->impl(name_.substr(name_.find("::") + 2).c_str(),
+            torch::dispatch(
+                c10::DispatchKey::FuncTorchBatched,
+                torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BatchedKernel>(this))));
+  libraries_.push_back(std::move(lib));
+}
+
+namespace {
+
+struct Unwrapped {
+  at::Tensor value;
+  std::optional<int64_t> bdim;  // where the batch dim is in `value`, when batched
+};
+
+Unwrapped unwrap(const at::Tensor& t, int64_t level) {
+  if (!t.defined() || !at::functorch::isBatchedAtLevel(t, level)) return {t, std::nullopt};
+  auto [value, bdim] = at::functorch::unwrapTensorAtLevel(t, level);
+  return {value, bdim};
+}
+
+// The whole batch, batch dim first, `rank` logical dims after it (size-1 dims inserted after
+// the batch dim for a lower rank); an unbatched tensor is expanded to `batch` (stride 0).
+at::Tensor to_rows(const Unwrapped& u, int64_t batch, int64_t rank) {
+  at::Tensor t = u.bdim ? u.value.movedim(*u.bdim, 0) : u.value.unsqueeze(0);
+  const int64_t logical = t.dim() - 1;
+  for (int64_t k = logical; k < rank; ++k) t = t.unsqueeze(1);
+  if (!u.bdim) {
+    std::vector<c10::SymInt> sizes(t.sym_sizes().begin(), t.sym_sizes().end());
+    sizes[0] = batch;
+    t = t.expand_symint(sizes);
+  }
+  return t;
+}
+
+}  // namespace
+
+void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* stack) const {
+  const auto layer = at::functorch::maybeCurrentDynamicLayer();
+  TORCH_INTERNAL_ASSERT(layer.has_value(), name_, ": FuncTorchBatched kernel outside vmap");
+  const int64_t level = layer->layerId();
+  const std::size_t n = args_.size();
+  const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+
+  // Every argument, unwrapped at this level: one entry per tensor (list elements in order).
+  std::vector<std::vector<Unwrapped>> unwrapped(n);
+  std::optional<int64_t> batch;
+  std::vector<bool> batched(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
+    std::vector<at::Tensor> tensors;
+    if (v.isTensor()) {
+      tensors.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      tensors = v.toTensorVector();
+    } else {
+      continue;
+    }
+    for (const auto& t : tensors) {
+      Unwrapped u = unwrap(t, level);
+      if (u.bdim) {
+        batched[i] = true;
+        const int64_t b = u.value.size(*u.bdim);
+        TORCH_CHECK(!batch || *batch == b, name_, ": vmap: argument '", args_[i].name,
+                    "' has batch size ", b, " but another argument has ", *batch);
+        batch = b;
+      }
+      unwrapped[i].push_back(std::move(u));
+    }
+  }
+  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  if (!batch) {
+    h.callBoxed(stack);  // nothing is batched at this level
+    return;
+  }
+  const std::size_t num_returns = returns_.size();
+
+  // ---- rows: one call for the whole batch ----
+  bool rows = batch_rule_->kind() == BatchRule::Kind::kRows;
+  std::vector<bool> is_row(n, false);
+  int64_t rank = -1;
+  if (rows) {
+    for (const auto& r : batch_rule_->row_args()) {
+      for (std::size_t i = 0; i < n; ++i) is_row[i] = is_row[i] || args_[i].name == r;
+    }
+    for (std::size_t i = 0; i < n && rows; ++i) {
+      if (batched[i] && !is_row[i]) rows = false;  // a per-example non-row tensor: loop
+    }
+    // The first row tensor sets the rank; a row tensor of higher rank: loop.
+    for (const auto& r : batch_rule_->row_args()) {
+      for (std::size_t i = 0; i < n; ++i) {
+        if (args_[i].name != r) continue;
+        for (const auto& u : unwrapped[i]) {
+          const int64_t logical = u.value.dim() - (u.bdim ? 1 : 0);
+          if (rank < 0) rank = logical;
+          rows = rows && logical <= rank;
+        }
+      }
+    }
+  }
+  // A 0-d row tensor with a dim argument (max_along of a scalar): the shifted dim would not
+  // exist; loop.
+  rows = rows && (rank >= 1 || batch_rule_->dim_args().empty());
+  if (rows) {
+    for (std::size_t i = 0; i < n; ++i) {
+      c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
+      if (is_row[i]) {
+        if (v.isTensor()) {
+          v = to_rows(unwrapped[i][0], *batch, rank);
+        } else if (v.isTensorList()) {
+          std::vector<at::Tensor> list;
+          list.reserve(unwrapped[i].size());
+          for (const auto& u : unwrapped[i]) list.push_back(to_rows(u, *batch, rank));
+          v = c10::IValue(std::move(list));
+        }
+      } else if (v.isInt() &&
+                 std::find(batch_rule_->dim_args().begin(), batch_rule_->dim_args().end(),
+                           args_[i].name) != batch_rule_->dim_args().end() &&
+                 v.toInt() >= 0) {
+        v = c10::IValue(v.toInt() + 1);
+      } else if (v.isTensor()) {
+        v = unwrapped[i][0].value;  // unbatched at this level (checked above)
+      }
+    }
+    h.callBoxed(stack);
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(num_returns); it != stack->end();
+         ++it) {
+      if (it->isTensor()) {
+        *it = at::functorch::makeBatched(it->toTensor(), int64_t{0}, level);
+      } else if (it->isTensorList()) {
+        std::vector<at::Tensor> list = it->toTensorVector();
+        for (auto& t : list) t = at::functorch::makeBatched(t, int64_t{0}, level);
+        *it = c10::IValue(std::move(list));
+      }
+    }
+    return;
+  }
+
+  // ---- loop: one call per example ----
+  TORCH_CHECK(*batch > 0, name_,
+              ": vmap over a batch of size 0 is not supported (no call gives the outputs' "
+              "shapes)");
+  const torch::jit::Stack args(first, stack->end());
+  torch::jit::drop(*stack, n);
+  std::vector<torch::jit::Stack> results;
+  results.reserve(static_cast<std::size_t>(*batch));
+  for (int64_t b = 0; b < *batch; ++b) {
+    torch::jit::Stack call;
+    call.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const c10::IValue& v = args[i];
+      auto slice = [&](const Unwrapped& u) {
+        return u.bdim ? u.value.select(*u.bdim, b) : u.value;
+      };
+      if (v.isTensor()) {
+        call.emplace_back(slice(unwrapped[i][0]));
+      } else if (v.isTensorList()) {
+        std::vector<at::Tensor> list;
+        list.reserve(unwrapped[i].size());
+        for (const auto& u : unwrapped[i]) list.push_back(slice(u));
+        call.emplace_back(std::move(list));
+      } else {
+        call.push_back(v);
+      }
+    }
+    h.callBoxed(&call);
+    results.push_back(std::move(call));
+  }
+  for (std::size_t r = 0; r < num_returns; ++r) {
+    const c10::IValue& r0 = results[0][r];
+    if (r0.isTensor()) {
+      std::vector<at::Tensor> per_example;
+      per_example.reserve(results.size());
+      for (const auto& res : results) per_example.push_back(res[r].toTensor());
+      stack->emplace_back(at::functorch::makeBatched(at::stack(per_example), int64_t{0}, level));
+    } else if (r0.isTensorList()) {
+      const std::size_t len = r0.toTensorList().size();
+      std::vector<at::Tensor> out;
+      out.reserve(len);
+      for (std::size_t k = 0; k < len; ++k) {
+        std::vector<at::Tensor> per_example;
+        for (const auto& res : results) {
+          const auto list = res[r].toTensorVector();
+          TORCH_CHECK(list.size() == len, name_, ": vmap: return ", r,
+                      " is a list of different lengths across the batch");
+          per_example.push_back(list[k]);
+        }
+        out.push_back(at::functorch::makeBatched(at::stack(per_example), int64_t{0}, level));
+      }
+      stack->emplace_back(std::move(out));
+    } else {
+      for (const auto& res : results) {
+        TORCH_CHECK(c10::_fastEqualsForContainer(res[r], r0), name_, ": vmap: return ", r, " (",
+                    r0.tagKind(), ") differs across the batch (", r0, " and ", res[r],
+                    "); a non-tensor return cannot be batched");
+      }
+      stack->push_back(r0);
+    }
+  }
+}
+
+}  // namespace customop
