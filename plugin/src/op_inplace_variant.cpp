@@ -16,10 +16,10 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/forward_grad.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
