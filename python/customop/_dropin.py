@@ -11,7 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.autograd.gradcheck import GradcheckError
 
-from . import _callable, _forward_ad_check, _harness
+from . import _batched_grad_check, _callable, _forward_ad_check, _harness
 
 
 class UnreliableDifferencesWarning(UserWarning):
@@ -23,9 +23,6 @@ class UnreliableDifferencesWarning(UserWarning):
 # torch.autograd.gradcheck's keywords that this harness has no check for: refused when set
 # (a check silently skipped would be a false pass).
 _REFUSED = {
-    "check_batched_grad": "vmap over the backward (torch's batched-grad check); run "
-                          "torch.autograd.gradcheck(..., check_batched_grad=True) for it",
-    "check_batched_forward_grad": "forward-mode AD under vmap",
     "masked": "sparse inputs",
 }
 # customop's own options gradcheck() passes to the harness (GradcheckOptions fields).
@@ -142,8 +139,13 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
       reverse-mode one this call verifies (customop/_forward_ad_check.py: the whole Jacobian
       both ways in slow mode, naming output, input and element; random projections in fast
       mode); a function whose forward-mode AD raises fails it with the message.
-    - check_batched_grad, check_batched_forward_grad, masked (set to True),
-      check_backward_ad (False): NotImplementedError naming the keyword (no such check here).
+    - check_batched_grad, check_batched_forward_grad: the VJP (JVP) with the function itself
+      under torch.func.vmap, forward included, against the same derivative per example
+      (customop/_batched_grad_check.py; torch's check vmaps the backward only, so a wrong
+      batching rule of an op inside passes it); NotImplementedError when torch.func cannot run
+      the function (an autograd.Function without setup_context).
+    - masked (set to True), check_backward_ad (False): NotImplementedError naming the keyword
+      (no such check here).
     - options: customop's own: seed, label, input_subsets ("none", "singles",
       "singles-and-complements"), check_layout_variants, check_grad_output_scaling, ...;
       another keyword is a TypeError, as for any Python function.
@@ -164,6 +166,9 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     want_report = options.pop("_want_report", False)  # check_callable's (verdict, report)
     caller = options.pop("_caller", "gradcheck")
     check_forward_ad = bool(options.pop("check_forward_ad", False))
+    check_batched = [kind for kind, key in ((False, "check_batched_grad"),
+                                            (True, "check_batched_forward_grad"))
+                     if options.pop(key, False)]
     opts = _options(caller, eps, atol, rtol, nondet_tol, check_undefined_grad, fast_mode, options)
     _harness.ensure_loaded()
     inputs = _callable.as_tuple(inputs)
@@ -192,6 +197,14 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
             failures = _forward_ad_check.check(func, inputs, top_names, fast_mode,
                                                int(opts.get("seed", 0)))
             report.setdefault("checks_run", []).append("forward_ad")
+            if failures:
+                report["passed"] = False
+                report.setdefault("failures", []).extend(failures)
+        for forward in check_batched:
+            failures = _batched_grad_check.check(func, inputs, top_names,
+                                                 int(opts.get("seed", 0)), forward)
+            report.setdefault("checks_run", []).append(
+                "batched_forward_grad" if forward else "batched_grad")
             if failures:
                 report["passed"] = False
                 report.setdefault("failures", []).extend(failures)

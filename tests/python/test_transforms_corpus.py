@@ -95,3 +95,28 @@ def test_side_by_side_with_torch_gradcheck():
     for name, ours, theirs in rows:
         print(f"| {name} | {ours} | {theirs} |")
     assert all(ours == "caught" for _, ours, _ in rows)
+
+
+@pytest.mark.parametrize("name", ["center_rows_rule", "swap01_rows_rule",
+                                  "xs_mul_backward_reads_memory"])
+def test_dropin_batched_grad_runs_the_rule_torchs_check_never_runs(name):
+    """The drop-in's check_batched_grad vmaps the forward too, so a wrong batching rule fails
+    it; torch's check_batched_grad vmaps the backward only (and passes the two wrong rules)."""
+    op = getattr(torch.ops.customop_mutants, name)
+    ok, report = gc.check_callable(gc.gradcheck, op, _sample(name), check_batched_grad=True)
+    assert not ok
+    assert [f["check"] for f in report["failures"]] == ["batched_grad"], report["failures"]
+    twin = getattr(torch.ops.customop_mutants, CORPUS[name])
+    ok, report = gc.check_callable(gc.gradcheck, twin, _sample(CORPUS[name]),
+                                   check_batched_grad=True)
+    assert ok, report.get("failures")
+    torch_ok = _torch_passes_batched(name)
+    assert torch_ok == (name != "xs_mul_backward_reads_memory")
+
+
+def _torch_passes_batched(name: str) -> bool:
+    try:
+        return torch.autograd.gradcheck(getattr(torch.ops.customop_mutants, name), _sample(name),
+                                        check_batched_grad=True)
+    except Exception:  # noqa: BLE001 -- a failed check: torch caught it
+        return False
