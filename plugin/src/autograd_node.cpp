@@ -27,13 +27,13 @@
 #include <torch/csrc/autograd/variable_info.h>
 #include <torch/csrc/dynamo/compiled_autograd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <type_traits>
-#include <unordered_set>
 #include <vector>
 
 namespace customop {
@@ -235,8 +235,6 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
   std::vector<at::Tensor> non_differentiable;
   torch::jit::Stack out_view(stack->end() - static_cast<std::ptrdiff_t>(num_returns), stack->end());
   non_differentiable_outputs(out_view, non_differentiable);
-  std::unordered_set<const c10::TensorImpl*> input_impls;
-  for (const auto& t : inputs) input_impls.insert(t.unsafeGetTensorImpl());
 
   // The outputs, in return order, with the node as their history.
   std::vector<at::Tensor> outputs;
@@ -253,7 +251,9 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
   node.output_info.reserve(outputs.size());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& out = outputs[i];
-    TORCH_CHECK(!out.defined() || input_impls.count(out.unsafeGetTensorImpl()) == 0, name_,
+    const bool is_input = std::any_of(inputs.begin(), inputs.end(),
+                                      [&](const at::Tensor& t) { return t.is_same(out); });
+    TORCH_CHECK(!out.defined() || !is_input, name_,
                 ": the kernel returned one of its input tensors as output ", i,
                 "; a functional op's returns must be new tensors (return a copy, e.g. "
                 "x.clone())");

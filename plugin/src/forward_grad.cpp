@@ -1,4 +1,5 @@
-// Forward-mode AD for customop ops: the JVP registration (Op::impl_jvp), the refusal of a
+// Forward-mode AD for customop ops (the JVP's registration, Op::impl_jvp, is in
+// op_autograd.cpp beside the backward's): the refusal of a
 // tangent when the op has none (naming the op and the argument, never a silent zero tangent),
 // and the step after the kernel that runs the JVP and sets each output's tangent, as torch's
 // generated autograd kernels do: at dual level 0 (torch.func's jvp transform maps its levels
@@ -20,18 +21,6 @@ at::Tensor tangent_of(const at::Tensor& t) {
 }
 
 }  // namespace
-
-void OpCore::note_jvp(std::source_location loc) {
-  TORCH_CHECK(!mutates_, name_,
-              ": writes an argument in place (Tensor(a!)); a JVP for an op that writes its "
-              "arguments is not supported, so the one at ",
-              format_location(loc), " is refused");
-  TORCH_CHECK(!jvp_loc_.has_value(), name_, ": a JVP is already registered at ",
-              format_location(*jvp_loc_), "; the second one at ", format_location(loc),
-              " is refused");
-  if (!autograd_indirection_installed_) install_autograd_indirection();
-  jvp_loc_ = loc;
-}
 
 bool OpCore::forward_grad_needed(const torch::jit::Stack& stack) const {
   // No dual level entered: nothing can carry a tangent. (try_get_by_idx, not has_any_level:

@@ -87,6 +87,21 @@ void OpCore::note_backward(std::source_location loc, std::optional<std::vector<b
   backward_loc_ = loc;
 }
 
+void OpCore::note_jvp(std::source_location loc) {
+  TORCH_CHECK(!mutates_, name_,
+              ": writes an argument in place (Tensor(a!)); a JVP for an op that writes its "
+              "arguments is not supported, so the one at ",
+              format_location(loc), " is refused");
+  TORCH_CHECK(!jvp_loc_.has_value(), name_, ": a JVP is already registered at ",
+              format_location(*jvp_loc_), "; the second one at ", format_location(loc),
+              " is refused");
+  if (!autograd_indirection_installed_) {
+    check_no_library_autograd_kernel(name_, *handle_, loc);
+    install_autograd_indirection();
+  }
+  jvp_loc_ = loc;
+}
+
 std::string OpCore::backward_location() const {
   return backward_loc_ ? format_location(*backward_loc_) : std::string("<unknown>");
 }

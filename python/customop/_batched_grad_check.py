@@ -28,6 +28,7 @@ import torch
 from torch.func import jvp, vjp, vmap
 
 from . import _callable
+from ._op_call import randn_like
 
 _RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 _LOW_RTOL = 1e-2
@@ -69,8 +70,7 @@ def check(func: Callable, inputs, top_names, seed: int, forward: bool) -> list[d
     gen = torch.Generator().manual_seed(seed)
 
     def rand_like(t):
-        # NB: drawn on the CPU (the generator's device), then moved: the input's device.
-        return torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype)
+        return randn_like(t, gen)
 
     def f(*xs):
         args = list(primals)

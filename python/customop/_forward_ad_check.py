@@ -28,6 +28,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from . import _callable
+from ._op_call import randn_like as seeded_randn_like
 
 _RTOL = {torch.float64: 1e-7, torch.float32: 1e-3}
 _LOW_RTOL = 3e-2
@@ -88,8 +89,7 @@ def check(func: Callable, inputs, top_names, fast_mode: bool, seed: int) -> list
     gen = torch.Generator().manual_seed(seed)
 
     def randn_like(t):
-        # NB: drawn on the CPU (the generator's device), then moved: the input's device.
-        return torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype)
+        return seeded_randn_like(t, gen)
 
     failures = []
     for k, out in enumerate(outs):

@@ -30,3 +30,9 @@ def written_positions(op) -> list[int]:
     """Schema positions of the arguments `op` declares it writes (Tensor(a!))."""
     return [i for i, p in enumerate(op._schema.arguments)
             if p.alias_info is not None and p.alias_info.is_write]
+
+
+def randn_like(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Standard normal values of t's shape, dtype and device, from `generator` (a CPU one: drawn
+    on the CPU in float64, then moved, so a seed gives the same values on every device)."""
+    return torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.device, t.dtype)

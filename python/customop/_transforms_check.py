@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch.func import hessian, jacfwd, jacrev, jvp, vjp, vmap
 
-from ._op_call import map_tensors, split_call, written_positions
+from ._op_call import map_tensors, randn_like, split_call, written_positions
 
 _RTOL = {torch.float64: 1e-7, torch.float32: 1e-3}
 _SAME_RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -137,8 +137,7 @@ def check_transforms(op, args: list, arg_names: list[str]) -> dict:
     gen = torch.Generator().manual_seed(0)
 
     def rand_like(t):
-        # NB: drawn on the CPU (the generator's device), then moved: the input's device.
-        return torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype)
+        return randn_like(t, gen)
 
     ran: list[str] = []
     unsupported: list[str] = []
