@@ -16,6 +16,8 @@
 
 #include <customop/op.h>
 
+#include <tuple>
+
 namespace flrelu {
 
 /// The forward op's named arguments (customop registration).
@@ -37,5 +39,9 @@ struct BackwardArgs {
 
 /// The customop-registered forward op (defined on first use and when the library loads).
 customop::Op<Args>& fused_bias_leaky_relu_op();
+
+/// Adds what torch.func needs (JVPs, batching rules) to both ops (fused_leaky_relu_transforms.cpp).
+void add_transforms(customop::Op<Args>& fwd,
+                    customop::Op<BackwardArgs, std::tuple<at::Tensor, at::Tensor>>& bwd);
 
 }  // namespace flrelu

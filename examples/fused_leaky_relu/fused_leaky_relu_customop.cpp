@@ -38,6 +38,7 @@ customop::Op<Args>& fused_bias_leaky_relu_op() {
           again.grad = gg_x + bias_as_input(gg_bias, s.out);
           return customop::Grads{{"grad", std::get<0>(bwd(again))}, {"out", std::nullopt}};
         });
+    add_transforms(fwd, bwd);  // torch.func: fused_leaky_relu_transforms.cpp
     return fwd;
   }();
   return op;

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   bool no_mutation_audit = false;
   bool no_out_variant = false;
   bool no_inplace_variant = false;
+  bool no_transforms = false;
   bool no_fake_kernel = false;
   bool no_op_checks = false;
   std::string input_subsets = "singles-and-complements";
@@ -182,12 +183,16 @@ int main(int argc, char** argv) {
   app.add_flag("--no-inplace-variant-check", no_inplace_variant,
                "Skip the in-place variant check (ns::name_ against the functional op: the "
                "result written into the first argument, returned, version bumped)");
+  app.add_flag("--no-transforms-check", no_transforms,
+               "Skip the torch.func transforms check (jvp against the VJP, vmap and vmap(vjp) "
+               "against a loop, with torch's vmap fallback off)");
   app.add_flag("--no-fake-kernel-check", no_fake_kernel,
                "Skip the fake-kernel check (the fake (Meta) kernel against the real one, over a "
                "sweep of sizes, dtypes and layouts)");
   app.add_flag("--no-op-checks", no_op_checks,
                "Skip every check that calls the op beside the gradient checks: the fake-kernel "
-               "check, the mutation audit, the out= and the in-place variant checks (what "
+               "check, the mutation audit, the out= and the in-place variant checks, the "
+               "transforms check (what "
                "torch.autograd.gradcheck does not do either)");
   app.add_option("--input-subsets", input_subsets,
                  "Also run each backward with only some inputs requiring grad: none, singles "
@@ -271,6 +276,7 @@ int main(int argc, char** argv) {
   run.check.check_mutation = !no_mutation_audit && !no_op_checks;
   run.check.check_out_variant = !no_out_variant && !no_op_checks;
   run.check.check_inplace_variant = !no_inplace_variant && !no_op_checks;
+  run.check.check_transforms = !no_transforms && !no_op_checks;
   run.check.check_fake_kernel = !no_fake_kernel && !no_op_checks;
   run.check.input_subsets = input_subsets == "none"      ? gc::InputSubsets::kNone
                             : input_subsets == "singles" ? gc::InputSubsets::kEachAlone

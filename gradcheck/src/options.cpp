@@ -54,6 +54,7 @@ std::string_view check_name(Check check) {
     case Check::kMutation: return "mutation";
     case Check::kOutVariant: return "out_variant";
     case Check::kInplaceVariant: return "inplace_variant";
+    case Check::kTransforms: return "transforms";
   }
   return "?";
 }

@@ -108,6 +108,9 @@ struct Names {
 
 GradcheckOptions options_from_json(const std::string& text, const std::string& op, Names& names) {
   GradcheckOptions o;
+  // Python runs its own torch.func check (customop/_transforms_check.py: jacrev, jacfwd and
+  // hessian besides what the C++ one runs); "check_transforms" is that check's option.
+  o.check_transforms = false;
   const json j = json::parse(text);
   for (const auto& item : j.items()) {
     const std::string& key = item.key();

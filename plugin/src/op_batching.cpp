@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,7 +77,60 @@ void OpCore::set_batch_rule(BatchRule rule, std::source_location loc) {
             torch::dispatch(
                 c10::DispatchKey::FuncTorchBatched,
                 torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BatchedKernel>(this))));
+  if (inplace_handle_) {
+    detail::impl_inplace_batched(*lib, inplace_handle_->schema().name().substr(ns_.size() + 2),
+                                 this);
+  }
   libraries_.push_back(std::move(lib));
+}
+
+namespace {
+
+// The in-place variant under vmap: the functional op on the same (batched) arguments, through
+// its rule, then copy_ into x, so x keeps its batch dim and each example gets its own result.
+// Refused before anything is written when x is not batched at this level but the result is
+// (every example's result would land in the one tensor).
+struct InplaceBatchedKernel final : c10::OperatorKernel {
+  explicit InplaceBatchedKernel(const OpCore* op) : op_(op) {}
+  void operator()(const c10::OperatorHandle& /*h*/, c10::DispatchKeySet /*ks*/,
+                  torch::jit::Stack* stack) {
+    const std::size_t n = op_->args().size();
+    const std::string variant = op_->name() + "_";
+    const std::string& x = op_->args()[0].name;
+    const at::Tensor self = (*stack)[stack->size() - n].toTensor();
+    TORCH_CHECK_VALUE(self.defined(), variant, ": argument '", x,
+                      "' is None; the in-place variant writes its result into it");
+    torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+    op_->handle().callBoxed(call);
+    const at::Tensor result = call.at(0).toTensor();
+    const auto layer = at::functorch::maybeCurrentDynamicLayer();
+    const int64_t level = layer.has_value() ? layer->layerId() : 0;
+    TORCH_CHECK(at::functorch::isBatchedAtLevel(self, level) ||
+                    !at::functorch::isBatchedAtLevel(result, level),
+                variant, ": vmap: argument '", x,
+                "' is not batched, but another argument is, so the result differs per example "
+                "and cannot be written into '",
+                x, "' (nothing was written); batch '", x, "' too, or call ", op_->name());
+    TORCH_CHECK(
+        result.sym_sizes() == self.sym_sizes() && result.scalar_type() == self.scalar_type(),
+        variant, ": argument '", x,
+        "' receives the result, which must have its sizes and dtype: the result of ", op_->name(),
+        " is ", result.sym_sizes(), " ", result.scalar_type(), ", argument '", x, "' is ",
+        self.sym_sizes(), " ", self.scalar_type(), " (nothing was written)");
+    self.copy_(result);
+    torch::jit::drop(*stack, n);
+    stack->emplace_back(self);
+  }
+  const OpCore* op_;
+};
+
+}  // namespace
+
+void detail::impl_inplace_batched(torch::Library& lib, const std::string& variant,
+                                  const OpCore* op) {
+  lib.impl(variant.c_str(), torch::dispatch(c10::DispatchKey::FuncTorchBatched,
+                                            torch::CppFunction::makeFromBoxedFunctor(
+                                                std::make_unique<InplaceBatchedKernel>(op))));
 }
 
 namespace {
@@ -147,6 +201,51 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
     return;
   }
   const std::size_t num_returns = returns_.size();
+
+  // ---- general: the user's function, batched tensors with the batch at dim 0 ----
+  if (batch_rule_->kind() == BatchRule::Kind::kGeneral) {
+    std::vector<std::string> names;
+    std::vector<std::vector<bool>> which(n);
+    names.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      names.push_back(args_[i].name);
+      c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
+      auto front = [](const Unwrapped& u) {
+        return u.bdim ? u.value.movedim(*u.bdim, 0) : u.value;
+      };
+      for (const auto& u : unwrapped[i]) which[i].push_back(u.bdim.has_value());
+      if (v.isTensor()) {
+        v = front(unwrapped[i][0]);
+      } else if (v.isTensorList()) {
+        std::vector<at::Tensor> list;
+        list.reserve(unwrapped[i].size());
+        for (const auto& u : unwrapped[i]) list.push_back(front(u));
+        v = c10::IValue(std::move(list));
+      }
+    }
+    const BatchInfo info(*batch, std::move(names), std::move(which));
+    batch_rule_->general_fn()(*stack, info);
+    std::size_t r = 0;
+    auto wrap = [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      TORCH_CHECK(t.dim() >= 1 && t.size(0) == *batch, name_, ": the batching rule (op.vmap at ",
+                  format_location(batch_rule_loc_), ") returned a tensor of shape ", t.sizes(),
+                  " for return ", r, "; a rule returns the batch of ", *batch,
+                  " examples at dim 0");
+      return at::functorch::makeBatched(t, int64_t{0}, level);
+    };
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(num_returns); it != stack->end();
+         ++it, ++r) {
+      if (it->isTensor()) {
+        *it = wrap(it->toTensor());
+      } else if (it->isTensorList()) {
+        std::vector<at::Tensor> list = it->toTensorVector();
+        for (auto& t : list) t = wrap(t);
+        *it = c10::IValue(std::move(list));
+      }
+    }
+    return;
+  }
 
   // ---- rows: one call for the whole batch ----
   bool rows = batch_rule_->kind() == BatchRule::Kind::kRows;

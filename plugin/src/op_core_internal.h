@@ -57,4 +57,10 @@ class ArgsCheckedScope {
   const torch::jit::Stack* previous_;
 };
 
+/// Registers the in-place variant's kernel at FuncTorchBatched (op_batching.cpp) in `lib`, for
+/// `variant` (its name in lib's namespace): the functional op on the batched arguments (its
+/// rule), then copy_ into the first argument. Done when the op has both a batching rule and an
+/// in-place variant, by whichever is declared second.
+void impl_inplace_batched(torch::Library& lib, const std::string& variant, const OpCore* op);
+
 }  // namespace customop::detail

@@ -97,6 +97,7 @@ void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location
        {c10::DispatchKey::Autograd, kAutograd},
        {c10::DispatchKey::ADInplaceOrView, kBumpVersion}},
       [this](int index) { return std::make_unique<InplaceVariantKernel>(this, index); });
+  if (batch_rule_) detail::impl_inplace_batched(*lib, op, this);  // the functional op's rule
   libraries_.push_back(std::move(lib));
   inplace_grad_ = grad;
   inplace_handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(variant.c_str(), "");

@@ -1,9 +1,11 @@
-// Op::vmap: the batching rule's checks against the schema at declaration (the rule itself runs
-// under torch.func.vmap: tests/python/test_transforms.py).
+// Op::vmap: the batching rule's checks against the schema at declaration, and the general form
+// run under a vmap level made here (functorch's C++ layer; the built-in ops' rules run under
+// torch.func.vmap in tests/python/test_transforms.py).
 
 #include "support/error_message.h"
 
 #include <customop/customop.h>
+#include <customop/vmap_level.h>
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -69,6 +71,52 @@ TEST(BatchRule, RowsIsRefusedForANonTensorReturnButLoopIsNot) {
               AllOf(HasSubstr("BatchRule::rows needs Tensor or Tensor[] returns"),
                     HasSubstr("return 1"), HasSubstr("BatchRule::loop")));
   EXPECT_NO_THROW(op.vmap(BatchRule::loop()));
+}
+
+struct XArgs {
+  at::Tensor x;
+  at::Tensor y;
+};
+
+TEST(BatchRule, GeneralRuleGetsTheBatchAtDim0AndItsReturnsAreChecked) {
+  auto& op = customop::define<XArgs>("core_vmap::add(Tensor x, Tensor y) -> Tensor");
+  op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x + a.y; });
+  bool wrong = false;
+  std::vector<int64_t> seen;
+  std::vector<bool> which;
+  op.vmap([&](const XArgs& a, const customop::BatchInfo& b) -> at::Tensor {
+    seen.push_back(b.size());
+    which = {b.batched("x"), b.batched("y"), b.batched("nope")};
+    EXPECT_EQ(a.x.size(0), b.size());  // x batched at dim 1 by the caller arrives at dim 0
+    at::Tensor y = b.batched("y") ? a.y : a.y.unsqueeze(0);
+    return wrong ? (a.x + y).sum(0) : a.x + y;
+  });
+  EXPECT_EQ(op.batch_rule()->kind(), BatchRule::Kind::kGeneral);
+  const at::Tensor xs = at::randn({3, 4});  // 4 examples of x: [3], batched along dim 1
+  const at::Tensor y = at::randn({3});
+  at::Tensor out;
+  {
+    const customop::VmapLevel vmap(4);
+    out = vmap.unbatch(op({vmap.batch(xs, 1), y}));
+  }
+  EXPECT_EQ(seen, std::vector<int64_t>{4});
+  EXPECT_EQ(which, (std::vector<bool>{true, false, false}));
+  EXPECT_TRUE(at::allclose(out, xs.t() + y));
+  wrong = true;
+  EXPECT_THAT(error_message([&] {
+                const customop::VmapLevel vmap(4);
+                op({vmap.batch(xs, 1), y});
+              }),
+              AllOf(HasSubstr("core_vmap::add: the batching rule (op.vmap at"),
+                    HasSubstr("batching_test.cpp"), HasSubstr("returned a tensor of shape [3]"),
+                    HasSubstr("a rule returns the batch of 4 examples at dim 0")));
+  // Nothing batched at this level: the op runs as usual, the rule is not called.
+  seen.clear();
+  {
+    const customop::VmapLevel vmap(2);
+    EXPECT_TRUE(at::allclose(op({xs.select(1, 0), y}), xs.select(1, 0) + y));
+  }
+  EXPECT_TRUE(seen.empty());
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ CORPUS = {
     "center_rows_rule": "center",
     "swap01_rows_rule": "swap01",
     "xs_mul_backward_reads_memory": "xs_mul",
+    "swap01_general": None,
+    "swap01_general_wrong_dims": "swap01_general",
 }
 # What torch.autograd.gradcheck(check_batched_grad=True, check_forward_ad=True) said on torch
 # 2.15: True = passed (missed the bug).
@@ -40,6 +42,7 @@ TORCH_PASSES_ON_PINNED_TORCH = {
     "center_rows_rule": True,
     "swap01_rows_rule": True,
     "xs_mul_backward_reads_memory": False,
+    "swap01_general_wrong_dims": True,
 }
 
 

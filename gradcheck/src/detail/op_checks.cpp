@@ -24,7 +24,8 @@ std::optional<torch::jit::Stack> functional_result(const c10::OperatorHandle& op
 
 const std::vector<const OpCheck*>& op_checks() {
   static const std::vector<const OpCheck*> checks = {&kMutationCheck, &kFakeKernelCheck,
-                                                     &kOutVariantCheck, &kInplaceVariantCheck};
+                                                     &kOutVariantCheck, &kInplaceVariantCheck,
+                                                     &kTransformsCheck};
   return checks;
 }
 

@@ -40,6 +40,8 @@ extern const OpCheck kMutationCheck;
 extern const OpCheck kOutVariantCheck;
 /// The in-place variant (ns::name_) against the functional op (inplace_variant_check.cpp).
 extern const OpCheck kInplaceVariantCheck;
+/// The op under torch.func's transforms, vmap fallback off (transforms_check.cpp).
+extern const OpCheck kTransformsCheck;
 
 /// The functional op called on detached clones of `args` under no grad: the reference the
 /// out= and in-place checks compare with. std::nullopt when it throws (the gradient checks

@@ -5,13 +5,44 @@
 /// (and vmap(grad), per-sample gradients, jacrev/jacfwd/hessian, which vmap internally) never
 /// needs torch's per-example fallback for it.
 
+#include <ATen/core/stack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace customop {
 
-/// A batching rule. Two kinds, chosen per call: `rows` when the call fits it, else `loop`.
+/// What a general batching rule (Op::vmap with a function) is told about one call: the batch
+/// size and which arguments are batched. Built by customop per call.
+class BatchInfo {
+ public:
+  BatchInfo(int64_t size, std::vector<std::string> names, std::vector<std::vector<bool>> batched)
+      : size_(size), names_(std::move(names)), batched_(std::move(batched)) {}
+  /// The batch size B (>= 0): every batched tensor has it as its dim 0.
+  int64_t size() const { return size_; }
+  /// Whether the Tensor / Tensor? argument `arg` (schema name), or element `element` of a
+  /// Tensor[] argument, is batched (its dim 0 is the batch); false for an unknown name, a
+  /// non-tensor argument, a None or an element past the list's end.
+  bool batched(std::string_view arg, std::size_t element = 0) const {
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == arg) return element < batched_[i].size() && batched_[i][element];
+    }
+    return false;
+  }
+
+ private:
+  int64_t size_;
+  std::vector<std::string> names_;
+  std::vector<std::vector<bool>> batched_;
+};
+
+/// A batching rule. Three kinds: `rows` (one call when the call fits it, else `loop`), `loop`,
+/// and the general form (`Op::vmap(fn)`, a function of the op's Args written by the user).
 ///
 /// Example:
 ///   op.vmap(customop::BatchRule::rows({"input"}));                 // rms_norm: rows independent
@@ -19,7 +50,11 @@ namespace customop {
 ///   op.vmap(customop::BatchRule::loop());                          // anything, one call per example
 class BatchRule {
  public:
-  enum class Kind : unsigned char { kRows, kLoop };
+  enum class Kind : unsigned char { kRows, kLoop, kGeneral };
+  /// The boxed form of a general rule (Op::vmap(fn) builds it): pops the op's arguments off
+  /// the stack, batched tensors with the batch at dim 0, and pushes the op's returns, every
+  /// tensor with the batch at dim 0.
+  using Boxed = std::function<void(torch::jit::Stack& stack, const BatchInfo& info)>;
 
   /// The op treats every leading dim of its row arguments as independent rows: adding a
   /// leading dim of size B to each of them gives each output a leading dim of size B, holding
@@ -44,10 +79,17 @@ class BatchRule {
   /// them). A non-tensor return must be equal for every example, else c10::Error naming the
   /// op. A batch of size 0 is refused (no call gives the outputs' shapes).
   static BatchRule loop() { return BatchRule(Kind::kLoop, {}, {}); }
+  /// The general form, boxed (prefer the typed Op::vmap(fn), which builds this).
+  static BatchRule general(Boxed fn) {
+    BatchRule r(Kind::kGeneral, {}, {});
+    r.general_ = std::move(fn);
+    return r;
+  }
 
   Kind kind() const { return kind_; }
   const std::vector<std::string>& row_args() const { return row_args_; }
   const std::vector<std::string>& dim_args() const { return dim_args_; }
+  const Boxed& general_fn() const { return general_; }
 
  private:
   BatchRule(Kind kind, std::vector<std::string> row_args, std::vector<std::string> dim_args)
@@ -55,6 +97,7 @@ class BatchRule {
   Kind kind_;
   std::vector<std::string> row_args_;
   std::vector<std::string> dim_args_;
+  Boxed general_;
 };
 
 }  // namespace customop

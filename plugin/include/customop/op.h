@@ -386,6 +386,43 @@ class Op final : public OpCore {
     return *this;
   }
 
+  /// The general form of a batching rule: `Output fn(const Args& batched, const BatchInfo&
+  /// info)` computes the whole batch itself (a reshape that folds the batch into a dim the
+  /// kernel already loops over, a call per example, another op). In `batched`, every batched
+  /// Tensor field (Tensor, Tensor?, Tensor[] element) has the batch at dim 0, size
+  /// `info.size()`; an unbatched one is as the caller passed it (`info.batched(name)` says
+  /// which); other fields are the call's values. fn returns the outputs with the batch at
+  /// dim 0 of every Tensor (and Tensor[] element), each example's output at its index. Call
+  /// this op (or any other) inside fn as usual: vmap's batching is off for this op while fn
+  /// runs, autograd and the device kernels are not. Registered at FuncTorchBatched as
+  /// vmap(BatchRule).
+  /// \param fn   the rule, as above
+  /// \param loc  where the declaration is made; named in later errors
+  /// \returns    *this, for chaining
+  /// \throws as vmap(BatchRule) at declaration. At call time: c10::Error naming the op, the
+  ///         rule's location and the return when a returned tensor is 0-d or its dim 0 is not
+  ///         the batch size; fn's own errors, unchanged.
+  /// Example (an op whose kernel takes [N, C, *]: fold the batch into N):
+  ///   op.vmap([](const Args& a, const customop::BatchInfo& b) {
+  ///     if (!b.batched("x")) return op(a);  // only other args batched: see the example op
+  ///     at::Tensor x = a.x.flatten(0, 1);   // [B, N, C, *] -> [B * N, C, *]
+  ///     return op(Args{.x = x, .bias = a.bias}).unflatten(0, {b.size(), -1});
+  ///   });
+  template <class F>
+  requires std::is_invocable_v<F&, const Args&, const BatchInfo&> Op& vmap(
+      F fn, std::source_location loc = std::source_location::current()) {
+    static_assert(
+        std::is_convertible_v<std::invoke_result_t<F&, const Args&, const BatchInfo&>, Output>,
+        "[customop] a batching rule returns the op's outputs in its return type, batch at dim 0");
+    set_batch_rule(BatchRule::general([fn = std::move(fn)](torch::jit::Stack& stack,
+                                                           const BatchInfo& info) mutable {
+                     const Args a = detail::args_from_stack<Args>(stack, /*consume=*/true);
+                     detail::push_returns(stack, Output(fn(a, info)));
+                   }),
+                   loc);
+    return *this;
+  }
+
   /// Declares how the op runs on DTensors (customop/sharding.h): pointwise, reduction (fixed
   /// dims or a dim argument), replicate, or the general form, with partial-sum outputs.
   /// `import customop` and `customop.load_library` register it with DTensor;

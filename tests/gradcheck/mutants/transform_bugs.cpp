@@ -1,8 +1,9 @@
 // The transforms corpus: ops whose forward and backward are right but which go wrong under a
 // torch.func transform, each with a correct twin: a wrong JVP, a batching rule that mixes the
 // examples of a batch, a batching rule whose outputs' batch dim is not where it says, and a
-// backward that reads tensor memory (so it cannot run under vmap). See transforms_corpus()
-// in tests/python/test_schema_corpus.py.
+// backward that reads tensor memory (so it cannot run under vmap), and a general rule
+// (Op::vmap(fn)) that moves the batch dim. tests/python/test_transforms_corpus.py runs them
+// through the Python check, tests/gradcheck/transforms_check_test.cpp through the C++ one.
 
 #include "mutants/register.h"
 
@@ -105,6 +106,29 @@ void define_swap01(const char* schema, BatchRule rule) {
   op.samples(&matrix_samples);
 }
 
+// ---- swap01 with a general rule (Op::vmap(fn)): the batch arrives at dim 0 of [B, r, c]; the
+// right rule swaps dims 1 and 2, the bug swaps 0 and 1 (the batch with the rows: the
+// returned tensor's dim 0 has the batch's size only because the sample has 3 rows, and each
+// "example" it returns is a mix of the batch) ----
+void define_swap01_general(const char* schema, bool wrong_dims) {
+  auto& op = customop::define<XArgs>(schema);
+  op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x.transpose(0, 1).contiguous(); });
+  op.impl_fake([](const XArgs& a) {
+    return at::empty_symint(a.x.transpose(0, 1).sym_sizes(), a.x.options());
+  });
+  op.impl_autograd([](const XArgs&, const at::Tensor&) { return NoSaved{}; },
+                   [](const NoSaved&, const at::Tensor& g) {
+                     return Grads{{"x", g.transpose(0, 1)}};
+                   });
+  op.impl_jvp([](const XArgs&, const XArgs& t, const at::Tensor&) {
+    return t.x.defined() ? t.x.transpose(0, 1).contiguous() : at::Tensor();
+  });
+  op.vmap([wrong_dims](const XArgs& a, const customop::BatchInfo&) {
+    return (wrong_dims ? a.x.transpose(0, 1) : a.x.transpose(1, 2)).contiguous();
+  });
+  op.samples(&matrix_samples);
+}
+
 }  // namespace
 
 void register_transform_bugs() {
@@ -117,6 +141,8 @@ void register_transform_bugs() {
     define_center("customop_mutants::center_rows_rule(Tensor x) -> Tensor", BatchRule::rows({"x"}));
     define_swap01("customop_mutants::swap01(Tensor x) -> Tensor", BatchRule::loop());
     define_swap01("customop_mutants::swap01_rows_rule(Tensor x) -> Tensor", BatchRule::rows({"x"}));
+    define_swap01_general("customop_mutants::swap01_general(Tensor x) -> Tensor", false);
+    define_swap01_general("customop_mutants::swap01_general_wrong_dims(Tensor x) -> Tensor", true);
     return true;
   }();
   (void)done;

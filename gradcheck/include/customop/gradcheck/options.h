@@ -262,6 +262,19 @@ struct GradcheckOptions {
   /// cotangent, within a few hundred units of the dtype's epsilon. Its cost: one functional
   /// and two in-place calls; with grads, one more of each and two VJPs.
   bool check_inplace_variant = true;
+  /// torch.func transforms check (transforms_check.cpp), with torch's per-example vmap fallback
+  /// off: forward-mode AD along random tangents against the VJP by the dot-product identity
+  /// u . (J t) = (J^T u) . t; vmap over 3 perturbed copies of each differentiable input alone
+  /// and of all together, batched at dim 0 and at the last dim, against a loop; and the VJP
+  /// with 3 batched cotangents (vmap(vjp), the per-sample-gradient path) against a loop. Both
+  /// sides are analytical: relative to the largest entry compared, 1e-7 (float64) / 1e-3
+  /// (float32), and 1e-10 / 1e-5 for vmap against the loop. An op with no forward-AD formula
+  /// or no batching rule (no FuncTorchBatched kernel) gets a note for the steps skipped;
+  /// float16/bfloat16 samples and ops that write their arguments are not checked. The Python
+  /// API runs its fuller torch.func check instead (customop.gradcheck, check_transforms).
+  /// Its cost: one JVP call, 2 (n + 1) vmapped calls and as many per-example loops of 3 calls
+  /// for n differentiable inputs, and 2 + 3 + 1 VJPs.
+  bool check_transforms = true;
   /// Also run the op with each differentiable input, and give the VJP each grad_output, in
   /// non-contiguous layouts (a strided view of a larger buffer; the last two dims transposed
   /// where 2-D or more), and require the outputs and grads of the given layout to rounding:

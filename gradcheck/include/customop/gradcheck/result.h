@@ -42,6 +42,8 @@ enum class Check : std::uint8_t {
   kInplaceVariant,  ///< the in-place variant (ns::name_, Tag.inplace) wrote something other
                     ///< than the functional op's result, did not return its first argument,
                     ///< restrided it, or left its version counter unchanged
+  kTransforms,      ///< under torch.func's transforms (jvp, vmap, vmap(vjp); vmap fallback
+                    ///< off) the op disagrees with its untransformed self, or raises
 };
 
 /// Names a check, as JSON spells it.
