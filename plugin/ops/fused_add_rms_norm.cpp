@@ -70,6 +70,9 @@ Op<FusedAddRmsNormArgs, void>& fused_add_rms_norm_op() {
     // The shape function of an op that returns nothing: its checks, run by the fake kernel
     // (torch.compile reports bad input) and before every device's kernel.
     o.shape(&detail::check_fused_add_rms_norm);
+    // Under vmap: one call per example, writing its slice of input and residual (both must
+    // be batched when anything is).
+    o.vmap(customop::BatchRule::loop());
     o.samples(&fused_add_rms_norm_samples);
     return o;
   }();

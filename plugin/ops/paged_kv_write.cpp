@@ -93,6 +93,9 @@ Op<PagedKvWriteArgs, void>& paged_kv_write_op() {
     // The shape function of an op that returns nothing: its checks, run by the fake kernel and
     // before every device's kernel (not the slot range: it reads data; the kernels check it).
     o.shape(&detail::check_paged_kv_write);
+    // Under vmap: one call per example into its own caches (a cache shared by the batch is
+    // refused: the examples' writes would collide).
+    o.vmap(customop::BatchRule::loop());
     o.samples(&paged_kv_write_samples);
     return o;
   }();

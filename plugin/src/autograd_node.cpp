@@ -14,7 +14,8 @@
 // outputs are materialized as zeros, outputs marked non-differentiable get no history, and the
 // grads are checked against the inputs before the engine sees them.
 // The typed halves come from Op<Args, Ret> through OpCore::save_boxed / backward_boxed, so
-// headers that define ops never include torch's autograd machinery.
+// headers that define ops never include torch's autograd machinery. Compiled autograd calls
+// the formula opaquely (compiled_args / apply_with_saved below).
 
 #include <customop/op_core.h>
 
@@ -34,6 +35,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace customop {
@@ -79,17 +81,124 @@ struct AutogradNode final : Node {
     for (auto& s : saved) s.reset_data();
   }
 
-  // Compiled autograd (torch._dynamo.compiled_autograd) needs compiled_args/apply_with_saved.
-  // A traced apply() (saved tensors swapped for its proxies) failed in torch 2.15 with a size
-  // mismatch inside the formula (a saved weight of size 123456789, compiled autograd's
-  // placeholder), so it is refused here with a message naming the op instead.
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/) const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, op->name(),
-                                ": compiled autograd (torch._dynamo.compiled_autograd) does not "
-                                "support customop's backward Node yet; run this backward "
-                                "eagerly, or compile forward and backward together with "
-                                "torch.compile (AOTAutograd traces the formula)");
+  ~AutogradNode() override {
+    if (compiled_id != 0) compiled_nodes().erase(compiled_id);
   }
+
+  // Compiled autograd (torch._dynamo.compiled_autograd): the formula is user code over a typed
+  // saved struct, so it runs opaquely in the compiled graph (as torch runs a C++ autograd
+  // Function that is not marked traceable), with the saved tensors and a handle of this Node
+  // (an int64 tensor holding its id in compiled_nodes()) as the graph's inputs. The cached graph
+  // then reads each backward's own Node and saved tensors, never the first one's.
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    if (compiled_id == 0) {
+      compiled_id = compiled_nodes().add(const_cast<AutogradNode*>(this));
+      compiled_handle = at::scalar_tensor(compiled_id, at::kLong);
+    }
+    args.collect(node_name);
+    args.collect(compiled_handle);
+    for (std::size_t i = 0; i < saved.size(); ++i) args.collect(saved[i], saved_is_output[i]);
+  }
+
+  torch::autograd::variable_list apply_with_saved(
+      const torch::autograd::variable_list& grads,
+      torch::dynamo::autograd::SwapSavedVariables& swap) override {
+    swap.before(compiled_handle);
+    for (auto& s : saved) swap.before(s);
+    std::vector<c10::IValue> packed;
+    std::vector<at::TypePtr> schema;
+    packed.reserve(saved.size() + 1);
+    packed.emplace_back(compiled_handle);
+    schema.emplace_back(at::TensorType::get());
+    const NodePtr self = getptr();
+    for (const auto& s : saved) {
+      const at::Tensor t = s.unpack(self);
+      packed.emplace_back(t.defined() ? c10::IValue(t) : c10::IValue());
+      schema.push_back(t.defined() ? at::TypePtr(at::TensorType::get())
+                                   : at::TypePtr(at::NoneType::get()));
+    }
+    const c10::IValue output_metadata = torch::dynamo::autograd::
+        IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
+            torch::dynamo::autograd::get_input_metadata(next_edges()));
+    const auto& py = torch::dynamo::autograd::getPyCompilerInterface();
+    const std::string fn = py->bind_function(swap.get_py_compiler(), node_name, &compiled_apply,
+                                             schema, /*is_custom_function=*/true,
+                                             /*is_traceable=*/false);
+    torch::autograd::variable_list results = py->call_function(
+        swap.get_py_compiler(), "apply_functional", fn, grads, packed, output_metadata);
+    swap.after(compiled_handle);
+    for (auto& s : saved) swap.after(s);
+    return results;
+  }
+
+  /// The formula on `saved_tensors` (in the order of `saved`) and the output grads: the body of
+  /// apply, shared with the compiled graph's call (compiled_apply).
+  std::vector<at::Tensor> run_formula(const std::vector<at::Tensor>& saved_tensors,
+                                      std::vector<at::Tensor> grads) const {
+    at::OptionalDeviceGuard device_guard;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) grads[i] = output_info.at(i).zeros(device_guard);
+    }
+    std::vector<at::Tensor> flat;
+    flat.reserve(num_outputs());
+    op->backward_boxed(*state, saved_tensors, grads, flat);
+    check_grads_match_inputs(flat);
+    TORCH_INTERNAL_ASSERT(flat.size() == num_outputs(), op->name(), ": the backward gave ",
+                          flat.size(), " grads for ", num_outputs(), " inputs");
+    return flat;
+  }
+
+  /// What the compiled graph calls: args are the Node's handle, then its saved tensors (None
+  /// for an undefined one).
+  static torch::autograd::variable_list compiled_apply(const torch::autograd::variable_list& grads,
+                                                       const std::vector<c10::IValue>& args) {
+    const int64_t id = args.at(0).toTensor().item<int64_t>();
+    AutogradNode* node = compiled_nodes().find(id);
+    TORCH_CHECK(node != nullptr,
+                "customop: a compiled backward graph called the formula of a backward Node that "
+                "no longer exists (id ",
+                id, ")");
+    std::vector<at::Tensor> saved_tensors;
+    saved_tensors.reserve(args.size() - 1);
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      saved_tensors.push_back(args[i].isNone() ? at::Tensor() : args[i].toTensor());
+    }
+    std::lock_guard<std::mutex> lock(node->mutex_);
+    return node->run_formula(saved_tensors, grads);
+  }
+
+  /// The Nodes a compiled graph may call, by id (ids start at 1; 0 is "not registered").
+  class CompiledNodes {
+   public:
+    int64_t add(AutogradNode* node) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const int64_t id = ++last_;
+      nodes_.emplace(id, node);
+      return id;
+    }
+    void erase(int64_t id) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      nodes_.erase(id);
+    }
+    AutogradNode* find(int64_t id) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = nodes_.find(id);
+      return it == nodes_.end() ? nullptr : it->second;
+    }
+
+   private:
+    std::mutex mutex_;
+    int64_t last_ = 0;
+    std::unordered_map<int64_t, AutogradNode*> nodes_;
+  };
+  static CompiledNodes& compiled_nodes() {
+    static auto* nodes = new CompiledNodes();  // NB: leaked: Nodes may outlive static destruction
+    return *nodes;
+  }
+
+  std::vector<bool> saved_is_output;   // per entry of `saved`: a saved output of this op
+  mutable int64_t compiled_id = 0;     // in compiled_nodes(), once compiled autograd saw it
+  mutable at::Tensor compiled_handle;  // int64 scalar holding compiled_id
 
   /// The checks torch's engine makes on the grads a Node returns (validate_outputs), made
   /// first so that a refusal names the op and the argument, where the engine's names neither:
@@ -145,18 +254,7 @@ struct AutogradNode final : Node {
     saved_tensors.reserve(saved.size());
     const NodePtr self = getptr();
     for (const auto& s : saved) saved_tensors.push_back(s.unpack(self));
-    std::vector<at::Tensor> grads(std::move(grad_outputs));
-    at::OptionalDeviceGuard device_guard;
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined()) grads[i] = output_info.at(i).zeros(device_guard);
-    }
-    std::vector<at::Tensor> flat;
-    flat.reserve(num_outputs());
-    op->backward_boxed(*state, saved_tensors, grads, flat);
-    check_grads_match_inputs(flat);
-    TORCH_INTERNAL_ASSERT(flat.size() == num_outputs(), op->name(), ": the backward gave ",
-                          flat.size(), " grads for ", num_outputs(), " inputs");
-    return flat;
+    return run_formula(saved_tensors, std::move(grad_outputs));
   }
 };
 
@@ -275,9 +373,11 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
   // NB: after set_history, so a saved output is recognised as one (saved without its
   // history, which would be a reference cycle through the node).
   node.saved.reserve(to_save.size());
+  node.saved_is_output.reserve(to_save.size());
   for (const auto& t : to_save) {
     const bool is_output = t.defined() && t.grad_fn().get() == node_ptr.get();
     node.saved.emplace_back(t, is_output);
+    node.saved_is_output.push_back(is_output);
   }
 }
 

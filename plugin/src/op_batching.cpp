@@ -51,8 +51,8 @@ void OpCore::set_batch_rule(BatchRule rule, std::source_location loc) {
       TORCH_CHECK_VALUE(is_tensor_like(a->kind), where, "the row argument '", r,
                         "' must be Tensor, Tensor? or Tensor[], but is ", a->type);
       TORCH_CHECK_VALUE(!a->written, where, "the row argument '", r,
-                        "' is written in place; batching rules of ops that write their "
-                        "arguments are not supported");
+                        "' is written in place; an op that writes its arguments takes "
+                        "BatchRule::loop");
     }
     for (const auto& d : rule.dim_args()) {
       const ArgSpec* a = find_arg(d);
@@ -67,8 +67,9 @@ void OpCore::set_batch_rule(BatchRule rule, std::source_location loc) {
                         " is not one (its value would mix the examples); use BatchRule::loop");
     }
   }
-  TORCH_CHECK_VALUE(!mutates_, where,
-                    "batching rules of ops that write their arguments are not supported");
+  TORCH_CHECK_VALUE(!mutates_ || rule.kind() == BatchRule::Kind::kLoop, where,
+                    "an op that writes its arguments takes BatchRule::loop (one call per "
+                    "example, each writing its own slice of the batched arguments)");
   batch_rule_ = std::move(rule);
   batch_rule_loc_ = loc;
   auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns_, std::nullopt,
@@ -312,6 +313,23 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
   TORCH_CHECK(*batch > 0, name_,
               ": vmap over a batch of size 0 is not supported (no call gives the outputs' "
               "shapes)");
+  // An op that writes its arguments: each example writes its own slice of a batched written
+  // argument (a view into it). An unbatched written argument would take every example's write.
+  for (std::size_t i = 0; i < n && mutates_; ++i) {
+    if (!args_[i].written) continue;
+    for (const auto& u : unwrapped[i]) {
+      if (!u.value.defined() || u.bdim) continue;
+      std::string other;
+      for (std::size_t k = 0; k < n && other.empty(); ++k) {
+        if (batched[k]) other = args_[k].name;
+      }
+      TORCH_CHECK(false, name_, ": vmap: argument '", args_[i].name,
+                  "' is written in place but not batched, while argument '", other,
+                  "' is: every example would write into the same tensor (nothing was written). "
+                  "Batch '",
+                  args_[i].name, "' too, or call the op outside vmap");
+    }
+  }
   const torch::jit::Stack args(first, stack->end());
   torch::jit::drop(*stack, n);
   std::vector<torch::jit::Stack> results;
@@ -340,6 +358,18 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
   }
   for (std::size_t r = 0; r < num_returns; ++r) {
     const c10::IValue& r0 = results[0][r];
+    if (const auto* alias = schema_.returns()[r].alias_info(); alias && alias->isWrite()) {
+      // The return is a written argument: the batched argument itself, now holding every
+      // example's write.
+      std::size_t i = 0;
+      while (i < n && !(schema_.arguments()[i].alias_info() &&
+                        schema_.arguments()[i].alias_info()->beforeSets() == alias->beforeSets())) {
+        ++i;
+      }
+      TORCH_INTERNAL_ASSERT(i < n, name_, ": return ", r, " aliases no argument");
+      stack->push_back(args[i]);
+      continue;
+    }
     if (r0.isTensor()) {
       std::vector<at::Tensor> per_example;
       per_example.reserve(results.size());

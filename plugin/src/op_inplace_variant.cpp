@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace customop {
 
@@ -43,6 +44,21 @@ struct InplaceVariantKernel final : c10::OperatorKernel {
   const OpCore* op_;
   int key_;
 };
+
+namespace {
+
+// {at::Tag::inplace} where this torch has the tag (2.12 and later), {} on torch 2.11, which
+// lacks it.
+template <class T>
+auto inplace_tags(int) -> decltype(T::inplace, std::vector<T>{}) {
+  return {T::inplace};
+}
+template <class T>
+std::vector<T> inplace_tags(long) {
+  return {};
+}
+
+}  // namespace
 
 void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location& loc) {
   const std::string variant = name_ + "_";
@@ -87,7 +103,8 @@ void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location
   text << ") -> Tensor(a!)";
   auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns_, std::nullopt,
                                               loc.file_name(), loc.line());
-  lib->def(torch::schema(text.str().c_str()), {at::Tag::inplace});
+  const std::vector<at::Tag> tags = inplace_tags<at::Tag>(0);
+  lib->def(torch::schema(text.str().c_str()), tags);
   const std::string op = variant.substr(variant.find("::") + 2);
   detail::impl_at_keys(
       *lib, op,

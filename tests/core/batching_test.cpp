@@ -119,4 +119,34 @@ TEST(BatchRule, GeneralRuleGetsTheBatchAtDim0AndItsReturnsAreChecked) {
   EXPECT_TRUE(seen.empty());
 }
 
+struct AddIntoArgs {
+  customop::MutableTensor acc;
+  at::Tensor x;
+};
+
+TEST(BatchRule, AnOpThatWritesItsArgumentsTakesLoopAndWritesEachExamplesSlice) {
+  auto& op =
+      customop::define<AddIntoArgs, void>("core_vmap::add_into(Tensor(a!) acc, Tensor x) -> ()");
+  op.impl(c10::DeviceType::CPU, [](const AddIntoArgs& a) { a.acc.add_(a.x); });
+  EXPECT_THAT(error_message<c10::ValueError>([&] { op.vmap(BatchRule::rows({"x"})); }),
+              HasSubstr("an op that writes its arguments takes BatchRule::loop"));
+  op.vmap(BatchRule::loop());
+  const at::Tensor xs = at::randn({3, 4});  // 3 examples of [4]
+  at::Tensor acc = at::zeros({3, 4});
+  {
+    const customop::VmapLevel vmap(3);
+    op({vmap.batch(acc, 0), vmap.batch(xs, 0)});
+  }
+  EXPECT_TRUE(at::equal(acc, xs));
+  at::Tensor shared = at::zeros({4});
+  EXPECT_THAT(error_message([&] {
+                const customop::VmapLevel vmap(3);
+                op({shared, vmap.batch(xs, 0)});
+              }),
+              AllOf(HasSubstr("core_vmap::add_into: vmap: argument 'acc' is written in place "
+                              "but not batched, while argument 'x' is"),
+                    HasSubstr("nothing was written")));
+  EXPECT_TRUE(at::equal(shared, at::zeros({4})));
+}
+
 }  // namespace

@@ -5,10 +5,10 @@ Every transform is compared with a reference that does not use it on the op: gra
 torch.autograd.grad; jacrev and jacfwd with each other and with the Jacobian built row by row
 from torch.autograd.grad; jvp with that Jacobian times the tangent; hessian through
 jacfwd(jacrev) and jacrev(jacrev); vmap (every in_dims combination), vmap(grad), vmap(vjp)
-and vmap(jvp) with a loop over the batch. float64, eager. Every test runs with torch's vmap
-fallback switched off, so a transform that reaches an op without its batching rule (op.vmap)
-fails instead of looping silently. Compiled autograd is refused with the op's name (not
-supported yet).
+and vmap(jvp) with a loop over the batch. float64 (float32 against it), eager and under
+torch.compile. Every test runs with torch's vmap fallback switched off, so a transform that
+reaches an op without its batching rule (op.vmap) fails instead of looping silently. Compiled
+autograd runs the backward formulas opaquely in its graph.
 
 Environment: CUSTOMOP_OPS_LIB (libcustomop_ops.so).
 """
@@ -129,8 +129,7 @@ def test_jacrev_jacfwd_and_jvp_match_the_reverse_mode_jacobian(name):
     torch.testing.assert_close(out_tangent.reshape(-1), expect, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["rms_norm", "bias_gelu", "bias_gelu_tanh", "masked_softmax",
-                                  "weighted_sum"])
+@pytest.mark.parametrize("name", NAMES)
 def test_hessian_forward_over_reverse_matches_reverse_over_reverse(name):
     f, primals = CASES[name]
     w = _randn(*f(*primals).shape, seed=77)
@@ -165,12 +164,45 @@ def test_forward_ad_dual_tensor_gives_the_jvp():
     torch.testing.assert_close(tangent.reshape(-1), want, rtol=1e-10, atol=1e-12)
 
 
-def test_compiled_autograd_is_refused_naming_the_op():
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_autograd_matches_eager_and_reads_each_backwards_own_state():
+    """torch._dynamo.compiled_autograd over customop's backward Nodes: the formula runs as an
+    opaque call in the compiled graph (as a C++ autograd Function not marked traceable does),
+    fed each backward's own saved tensors and Node. The second and third backwards hit the
+    cached graph with other values and another eps (a non-tensor saved field), and must still
+    give eager's grads. fullgraph=True is refused by dynamo at that call (a graph break), as
+    for torch's own opaque C++ Functions."""
+    import torch._dynamo
     from torch._dynamo import compiled_autograd
-    f, (x, w) = CASES["rms_norm"]
-    y = f(x.clone().requires_grad_(), w)  # eager forward: its grad_fn is customop's Node
-    assert y.grad_fn.name() == "customop::OpBackward<customop::rms_norm>"
-    with pytest.raises(Exception, match=r"customop::rms_norm: compiled autograd"):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    cases = [(lambda x, w, eps: ops.rms_norm(x, w, eps), CASES["rms_norm"][1]),
+             (lambda x, eps: ops.masked_softmax(x * eps, _MASK, -1), CASES["masked_softmax"][1]),
+             (lambda a, b, eps: ops.weighted_sum([a, b], [eps, -1.25]), CASES["weighted_sum"][1])]
+    for fn, primals in cases:
+        for k, eps in enumerate([1e-6, 0.5, 2.0]):
+            got = []
+            for compiled in (False, True):
+                leaves = [(p + k).clone().requires_grad_() for p in primals]
+                y = fn(*leaves, eps)
+                assert y.grad_fn.name().startswith("customop::OpBackward<customop::")
+                loss = (y.sin() * y).sum()
+                if compiled:
+                    compiler = torch.compile(backend="aot_eager")
+                    with compiled_autograd._enable(compiler):
+                        loss.backward()
+                else:
+                    loss.backward()
+                got.append([leaf.grad for leaf in leaves])
+            for e, c in zip(*got):
+                torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-12)
+    # One capture per op: the later backwards reuse the cached graph.
+    assert counters["compiled_autograd"]["captures"] == len(cases)
+    torch._dynamo.reset()
+    x = CASES["rms_norm"][1][0].clone().requires_grad_()
+    y = ops.rms_norm(x, CASES["rms_norm"][1][1], 1e-6)
+    with pytest.raises(Exception, match="run_non_traceable_cpp_in_eager"):
         with compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
             y.sum().backward()
 
@@ -344,7 +376,7 @@ def test_inplace_variants_under_vmap_use_the_functional_rule():
     torch.testing.assert_close(x, before, rtol=0, atol=0)
 
 
-F32 = {name: CASES[name] for name in ("rms_norm", "bias_gelu", "masked_softmax", "weighted_sum")}
+F32 = CASES
 
 
 @pytest.mark.parametrize("name", list(F32))
@@ -367,7 +399,7 @@ def test_float32_transforms_match_float64(name):
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("name", ["rms_norm", "bias_gelu", "masked_softmax"])
+@pytest.mark.parametrize("name", NAMES)
 def test_transforms_under_torch_compile_match_eager(name):
     """torch.compile of vmap(grad), jacrev and jvp (fullgraph, aot_eager) against eager."""
     import torch._dynamo
@@ -407,3 +439,40 @@ def test_example_forces():
     """examples/transforms/forces.py: forces = -grad(energy), trained on a force loss (double
     backward under vmap and grad), against the ATen model and finite differences."""
     assert "all checks passed" in _run_example("forces", "--steps", "30")
+
+
+def test_ops_that_write_their_arguments_under_vmap():
+    """fused_add_rms_norm_ and paged_kv_write (BatchRule::loop, fallback off): each example
+    writes its own slice of the batched written arguments, as a loop of calls would. A written
+    argument shared by the batch (a cache, a residual) is refused, and nothing is written."""
+    g = torch.Generator().manual_seed(5)
+    h, res, w = (torch.randn(3, 4, 16, generator=g), torch.randn(3, 4, 16, generator=g),
+                 torch.randn(16, generator=g))
+    got_h, got_res = h.clone(), res.clone()
+    vmap(lambda a, b: (ops.fused_add_rms_norm_(a, b, w, 1e-6), a, b)[1:])(got_h, got_res)
+    k, v = torch.randn(3, 5, 2, 8, generator=g), torch.randn(3, 5, 2, 8, generator=g)
+    kc, vc = torch.zeros(3, 4, 4, 2, 8), torch.zeros(3, 4, 4, 2, 8)
+    slots = torch.stack([torch.randperm(16, generator=g)[:5] for _ in range(3)])
+    vmap(lambda *a: (ops.paged_kv_write(*a), a[2], a[3])[1:])(k, v, kc, vc, slots)
+    for b in range(3):
+        want_h, want_res = h[b].clone(), res[b].clone()
+        ops.fused_add_rms_norm_(want_h, want_res, w, 1e-6)
+        torch.testing.assert_close(got_h[b], want_h, rtol=0, atol=0)
+        torch.testing.assert_close(got_res[b], want_res, rtol=0, atol=0)
+        want_kc, want_vc = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 8)
+        ops.paged_kv_write(k[b], v[b], want_kc, want_vc, slots[b])
+        torch.testing.assert_close(kc[b], want_kc, rtol=0, atol=0)
+        torch.testing.assert_close(vc[b], want_vc, rtol=0, atol=0)
+    shared_res, shared_kc = res[0].clone(), torch.zeros(4, 4, 2, 8)
+    before_h = h.clone()
+    with pytest.raises(RuntimeError, match=r"customop::fused_add_rms_norm_: vmap: argument "
+                                           r"'residual' is written in place but not batched, "
+                                           r"while argument 'input' is.*nothing was written"):
+        vmap(lambda a: (ops.fused_add_rms_norm_(a, shared_res, w, 1e-6), a)[1])(h)
+    torch.testing.assert_close(h, before_h, rtol=0, atol=0)
+    torch.testing.assert_close(shared_res, res[0], rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"customop::paged_kv_write: vmap: argument "
+                                           r"'key_cache' is written in place but not batched"):
+        vmap(lambda kk, vv, s: (ops.paged_kv_write(kk, vv, shared_kc, vc[0], s), kk)[1])(
+            k, v, slots)
+    assert shared_kc.abs().sum() == 0
