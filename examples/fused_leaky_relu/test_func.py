@@ -103,3 +103,28 @@ def test_the_by_hand_function_refuses_forward_ad():
     x, b = _inputs()
     with pytest.raises(Exception):
         jvp(lambda x_: by_hand(x_, b, SLOPE, SCALE), (x,), (x,))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_autograd_double_backward_through_the_backward_op():
+    """Compiled autograd, double backward: the backward op's own formula gives no grad for
+    `out`; the compiled graph gets zeros there and the eager grads come out."""
+    from torch._dynamo import compiled_autograd
+    torch._dynamo.reset()
+
+    def run(compiled):
+        x = torch.linspace(-1, 1, 12, dtype=D).reshape(3, 4, 1).requires_grad_()
+        b = torch.linspace(-0.3, 0.3, 4, dtype=D).requires_grad_()
+
+        def body():
+            loss = (fused(x, b) ** 2).sum()
+            gx, gb = torch.autograd.grad(loss, (x, b), create_graph=True)
+            return torch.autograd.grad((gx ** 2).sum() + (gb ** 2).sum(), (x, b))
+
+        if not compiled:
+            return body()
+        with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+            return body()
+
+    for got, want in zip(run(True), run(False)):
+        _close(got, want)

@@ -164,7 +164,17 @@ struct AutogradNode final : Node {
       saved_tensors.push_back(args[i].isNone() ? at::Tensor() : args[i].toTensor());
     }
     std::lock_guard<std::mutex> lock(node->mutex_);
-    return node->run_formula(saved_tensors, grads);
+    std::vector<at::Tensor> flat = node->run_formula(saved_tensors, grads);
+    // The compiled graph was traced with a tensor for every input that has an edge (it adds
+    // them up where paths meet); where the formula gave none (no grad: undefined, which the
+    // eager engine skips), it gets zeros of the input's shape.
+    for (std::size_t i = 0; i < flat.size(); ++i) {
+      if (flat[i].defined() || !node->next_edge(i).is_valid()) continue;
+      const detail::ArgsInfo::InputMeta& meta = node->state->info.inputs.at(i);
+      flat[i] = at::zeros_symint(c10::SymIntArrayRef(meta.sizes),
+                                 at::TensorOptions().dtype(meta.dtype).device(meta.device));
+    }
+    return flat;
   }
 
   /// The Nodes a compiled graph may call, by id (ids start at 1; 0 is "not registered").

@@ -7,6 +7,7 @@
 #include "op_core_internal.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/functorch/BatchedTensorImpl.h>
 #include <ATen/functorch/DynamicLayer.h>
 #include <ATen/functorch/PlumbingHelper.h>
@@ -271,9 +272,19 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
       }
     }
   }
-  // A 0-d row tensor with a dim argument (max_along of a scalar): the shifted dim would not
-  // exist; loop.
-  rows = rows && (rank >= 1 || batch_rule_->dim_args().empty());
+  // 0-d examples: the batch would become one row of the op (rms_norm would normalize across
+  // the examples); loop, so each example gets the op's own answer (or its own error).
+  rows = rows && rank >= 1;
+  // A dim argument outside [-rank, rank) would name the batch dim (or be checked against the
+  // batched rank in the op's error message); loop, so the op sees and names the user's value.
+  if (rows) {
+    for (std::size_t i = 0; i < n && rows; ++i) {
+      const c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
+      const bool is_dim = std::find(batch_rule_->dim_args().begin(), batch_rule_->dim_args().end(),
+                                    args_[i].name) != batch_rule_->dim_args().end();
+      if (is_dim && v.isInt()) rows = v.toInt() >= -rank && v.toInt() < rank;
+    }
+  }
   if (rows) {
     for (std::size_t i = 0; i < n; ++i) {
       c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
@@ -329,6 +340,17 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
                   "Batch '",
                   args_[i].name, "' too, or call the op outside vmap");
     }
+    for (const auto& u : unwrapped[i]) {
+      // Each example's slice may be free of overlap while the batch is not (an argument
+      // expanded along the batch dim): the examples would overwrite each other.
+      TORCH_CHECK(!u.value.defined() || at::has_internal_overlap(u.value) != at::MemOverlap::Yes,
+                  name_, ": vmap: argument '", args_[i].name,
+                  "' is written in place, but several of its elements share one memory location "
+                  "across the batch (expanded, stride 0; strides ",
+                  u.value.strides(),
+                  "), so the examples would overwrite each other (nothing was written). Pass a "
+                  "tensor that owns its elements (.contiguous())");
+    }
   }
   const torch::jit::Stack args(first, stack->end());
   torch::jit::drop(*stack, n);
@@ -353,7 +375,22 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
         call.push_back(v);
       }
     }
-    h.callBoxed(&call);
+    if (mutates_ && b > 0) {
+      try {
+        h.callBoxed(&call);
+      } catch (c10::Error& e) {
+        const std::string before =
+            b == 1 ? std::string("example 0 had already written its slices")
+                   : c10::str("examples 0 to ", b - 1, " had already written their slices");
+        e.add_context(c10::str(name_,
+                               ": vmap ran one call per example (BatchRule::loop); this error is "
+                               "example ",
+                               b, "'s of ", *batch, ", and ", before));
+        throw;
+      }
+    } else {
+      h.callBoxed(&call);
+    }
     results.push_back(std::move(call));
   }
   for (std::size_t r = 0; r < num_returns; ++r) {

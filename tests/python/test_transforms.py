@@ -476,3 +476,42 @@ def test_ops_that_write_their_arguments_under_vmap():
         vmap(lambda kk, vv, s: (ops.paged_kv_write(kk, vv, shared_kc, vc[0], s), kk)[1])(
             k, v, slots)
     assert shared_kc.abs().sum() == 0
+
+
+def test_rows_rules_loop_where_one_call_would_mix_the_examples():
+    """A dim argument outside the example's range (it would name the batch dim) and 0-d
+    examples (the batch would become one row) run one call per example, so each gets the op's
+    own error naming the user's values, never an answer computed across the batch."""
+    x = _randn(4, 3, 5, seed=101)
+    for call, message in [
+            (lambda t: ops.max_along(t, -3, False), r"max_along: dim must be in \[-2, 1\] for a "
+                                                    r"2-d input, but got -3"),
+            (lambda t: ops.masked_softmax(t, None, -3), r"masked_softmax: dim must be in \[-2, 1\]"),
+            (lambda t: ops.max_along(t, 2, False), r"but got 2")]:
+        with pytest.raises((RuntimeError, ValueError), match=message):
+            vmap(call)(x)
+    xs, w = _randn(3, seed=102), torch.ones(3, dtype=D)
+    for call in (lambda t: ops.rms_norm(t, w, 0.0), lambda t: ops.bias_gelu(t, w, "none")):
+        with pytest.raises((RuntimeError, ValueError),
+                           match=r"at least 1 dim\), but got a 0-d tensor"):
+            vmap(call)(xs)
+    # In range, negative dims still take the one-call path and agree with the loop.
+    got = vmap(lambda t: ops.max_along(t, -1, False))(x)[0]
+    torch.testing.assert_close(got, x.max(-1).values, rtol=0, atol=0)
+
+
+def test_writing_ops_under_vmap_refuse_a_batch_that_shares_memory_and_name_partial_writes():
+    w = torch.ones(5, dtype=D)
+    base, res = _randn(1, 5, seed=103), _randn(3, 5, seed=104)
+    before = res.clone()
+    with pytest.raises(RuntimeError, match=r"argument 'input' is written in place, but several of "
+                                           r"its elements share one memory location across the "
+                                           r"batch.*nothing was written"):
+        vmap(lambda i, r: (ops.fused_add_rms_norm_(i, r, w, 1e-6), r)[1])(base.expand(3, 5), res)
+    torch.testing.assert_close(res, before, rtol=0, atol=0)
+    key, val = _randn(2, 3, 2, 4, seed=105), _randn(2, 3, 2, 4, seed=106)
+    kc, vc = torch.zeros(2, 3, 2, 2, 4, dtype=D), torch.zeros(2, 3, 2, 2, 4, dtype=D)
+    slots = torch.tensor([[0, 1, 2], [999, 1, 2]])
+    with pytest.raises(RuntimeError, match=r"this error is example 1's of 2, and example 0 had "
+                                           r"already written its slices"):
+        vmap(lambda *a: (ops.paged_kv_write(*a), a[2])[1])(key, val, kc, vc, slots)

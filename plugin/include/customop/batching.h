@@ -64,8 +64,10 @@ class BatchRule {
   /// argument of lower rank than the first one (a mask that broadcasts) gets size-1 dims after
   /// the batch dim; a non-negative value of each `dim_args` argument (int) is shifted by one.
   /// One call of the op then serves the whole batch. A call where a tensor argument that is not
-  /// a row argument is batched (a per-example weight), or a row argument has a higher rank
-  /// than the first, runs as `loop` instead.
+  /// a row argument is batched (a per-example weight), a row argument has a higher rank than
+  /// the first, the examples are 0-d (the batch would become one row), or a dim argument is
+  /// outside [-rank, rank) of the example (it would name the batch dim) runs as `loop`
+  /// instead, so the op answers, or refuses, each example as it would outside vmap.
   /// \param row_args  Tensor, Tensor? or Tensor[] arguments, by schema name; the first one sets
   ///                  the rank (the outputs' leading dims follow it)
   /// \param dim_args  int arguments that index dims of the row arguments from the front

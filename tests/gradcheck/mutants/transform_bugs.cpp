@@ -89,7 +89,8 @@ void define_center(const char* schema, BatchRule rule) {
 }
 
 // ---- swap01: y = x.transpose(0, 1); rows puts the batch dim at 1 of the output, not 0 ----
-void define_swap01(const char* schema, BatchRule rule) {
+// Returns the op, its batching rule not yet declared.
+customop::Op<XArgs>& define_swap01(const char* schema) {
   auto& op = customop::define<XArgs>(schema);
   op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x.transpose(0, 1).contiguous(); });
   op.impl_fake([](const XArgs& a) {
@@ -102,31 +103,18 @@ void define_swap01(const char* schema, BatchRule rule) {
   op.impl_jvp([](const XArgs&, const XArgs& t, const at::Tensor&) {
     return t.x.defined() ? t.x.transpose(0, 1).contiguous() : at::Tensor();
   });
-  op.vmap(std::move(rule));
   op.samples(&matrix_samples);
+  return op;
 }
 
-// ---- swap01 with a general rule (Op::vmap(fn)): the batch arrives at dim 0 of [B, r, c]; the
-// right rule swaps dims 1 and 2, the bug swaps 0 and 1 (the batch with the rows: the
-// returned tensor's dim 0 has the batch's size only because the sample has 3 rows, and each
-// "example" it returns is a mix of the batch) ----
+// swap01 with a general rule (Op::vmap(fn)): the batch arrives at dim 0 of [B, r, c]; the right
+// rule swaps dims 1 and 2, the bug swaps 0 and 1 (the batch with the rows: the returned
+// tensor's dim 0 has the batch's size only because the sample has 3 rows, and each "example"
+// it returns is a mix of the batch).
 void define_swap01_general(const char* schema, bool wrong_dims) {
-  auto& op = customop::define<XArgs>(schema);
-  op.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x.transpose(0, 1).contiguous(); });
-  op.impl_fake([](const XArgs& a) {
-    return at::empty_symint(a.x.transpose(0, 1).sym_sizes(), a.x.options());
-  });
-  op.impl_autograd([](const XArgs&, const at::Tensor&) { return NoSaved{}; },
-                   [](const NoSaved&, const at::Tensor& g) {
-                     return Grads{{"x", g.transpose(0, 1)}};
-                   });
-  op.impl_jvp([](const XArgs&, const XArgs& t, const at::Tensor&) {
-    return t.x.defined() ? t.x.transpose(0, 1).contiguous() : at::Tensor();
-  });
-  op.vmap([wrong_dims](const XArgs& a, const customop::BatchInfo&) {
+  define_swap01(schema).vmap([wrong_dims](const XArgs& a, const customop::BatchInfo&) {
     return (wrong_dims ? a.x.transpose(0, 1) : a.x.transpose(1, 2)).contiguous();
   });
-  op.samples(&matrix_samples);
 }
 
 }  // namespace
@@ -139,8 +127,9 @@ void register_transform_bugs() {
                false, true);
     define_center("customop_mutants::center(Tensor x) -> Tensor", BatchRule::loop());
     define_center("customop_mutants::center_rows_rule(Tensor x) -> Tensor", BatchRule::rows({"x"}));
-    define_swap01("customop_mutants::swap01(Tensor x) -> Tensor", BatchRule::loop());
-    define_swap01("customop_mutants::swap01_rows_rule(Tensor x) -> Tensor", BatchRule::rows({"x"}));
+    define_swap01("customop_mutants::swap01(Tensor x) -> Tensor").vmap(BatchRule::loop());
+    define_swap01("customop_mutants::swap01_rows_rule(Tensor x) -> Tensor")
+        .vmap(BatchRule::rows({"x"}));
     define_swap01_general("customop_mutants::swap01_general(Tensor x) -> Tensor", false);
     define_swap01_general("customop_mutants::swap01_general_wrong_dims(Tensor x) -> Tensor", true);
     return true;
