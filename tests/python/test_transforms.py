@@ -138,17 +138,16 @@ def test_hessian_forward_over_reverse_matches_reverse_over_reverse(name):
                                rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.filterwarnings("ignore:There is a performance drop")
-# NB: not weighted_sum: torch's batching fallback takes no Tensor[] argument (a batching rule,
-# op.vmap, is not built yet).
-@pytest.mark.parametrize("name", ["rms_norm", "bias_gelu", "softmax_no_mask"])
+@pytest.mark.parametrize("name", NAMES)
 def test_per_sample_grads_match_a_loop(name):
+    """vmap(grad) over a batch of 3 perturbed copies of the first input (the others shared)."""
     f, primals = CASES[name]
     rest = primals[1:]
-    first = primals[0]
-    got = vmap(grad(lambda x: f(x, *rest).sin().sum()))(first)
-    for r in range(first.shape[0]):
-        leaf = first[r].clone().requires_grad_()
+    batch = torch.stack([primals[0] + 0.01 * k * _randn(*primals[0].shape, seed=110 + k)
+                         for k in range(3)])
+    got = vmap(grad(lambda x: f(x, *rest).sin().sum()))(batch)
+    for r in range(batch.shape[0]):
+        leaf = batch[r].clone().requires_grad_()
         want = torch.autograd.grad(f(leaf, *rest).sin().sum(), leaf)[0]
         torch.testing.assert_close(got[r], want, rtol=1e-12, atol=1e-12)
 
@@ -214,6 +213,10 @@ REFERENCES = {
     "bias_gelu": lambda x, b: torch.nn.functional.gelu(x + b),
     "bias_gelu_tanh": lambda x, b: torch.nn.functional.gelu(x + b, approximate="tanh"),
     "masked_softmax": lambda x: torch.softmax(x.masked_fill(~_MASK, float("-inf")), -1),
+    "softmax_no_mask": lambda x: torch.softmax(x, 0),
+    "weighted_sum": lambda a, b: 0.5 * a - 1.25 * b,
+    "max_along": lambda x: x.max(1)[0],
+    "clamp_count": lambda x: x.clamp(-0.5, 0.7),
 }
 
 
