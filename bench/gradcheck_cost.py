@@ -10,7 +10,8 @@ torch.ops.customop.<op> (libcustomop_ops.so loaded with torch.ops.load_library).
 Cost, best of --reps interleaved repetitions:
 - wall seconds of the checks: the CLI's run "seconds" (--json summary: all cases, on --jobs
   = every core at once, samples built and checks run; the layout variants and the op checks
-  (fake kernel, mutation audit, out=, in-place: --no-op-checks) off, as torch has none),
+  (fake kernel, mutation audit, out=, in-place, transforms: --no-op-checks) off, as torch has
+  none),
   the sum of the time around each torch.autograd.gradcheck call (one ATen thread on both
   sides: torch checks one case after another). Also the CLI on one thread, the CLI
   with the layout variants and the CLI with the op checks (their costs, reported apart);
