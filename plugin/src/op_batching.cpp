@@ -113,12 +113,7 @@ struct InplaceBatchedKernel final : c10::OperatorKernel {
                 "' is not batched, but another argument is, so the result differs per example "
                 "and cannot be written into '",
                 x, "' (nothing was written); batch '", x, "' too, or call ", op_->name());
-    TORCH_CHECK(
-        result.sym_sizes() == self.sym_sizes() && result.scalar_type() == self.scalar_type(),
-        variant, ": argument '", x,
-        "' receives the result, which must have its sizes and dtype: the result of ", op_->name(),
-        " is ", result.sym_sizes(), " ", result.scalar_type(), ", argument '", x, "' is ",
-        self.sym_sizes(), " ", self.scalar_type(), " (nothing was written)");
+    detail::check_result_fits(variant, op_->name(), x, result, self);
     self.copy_(result);
     torch::jit::drop(*stack, n);
     stack->emplace_back(self);
@@ -250,6 +245,10 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
   }
 
   // ---- rows: one call for the whole batch ----
+  const auto& dim_args = batch_rule_->dim_args();
+  auto is_dim_arg = [&](std::size_t i) {
+    return std::find(dim_args.begin(), dim_args.end(), args_[i].name) != dim_args.end();
+  };
   bool rows = batch_rule_->kind() == BatchRule::Kind::kRows;
   std::vector<bool> is_row(n, false);
   int64_t rank = -1;
@@ -280,9 +279,7 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
   if (rows) {
     for (std::size_t i = 0; i < n && rows; ++i) {
       const c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
-      const bool is_dim = std::find(batch_rule_->dim_args().begin(), batch_rule_->dim_args().end(),
-                                    args_[i].name) != batch_rule_->dim_args().end();
-      if (is_dim && v.isInt()) rows = v.toInt() >= -rank && v.toInt() < rank;
+      if (is_dim_arg(i) && v.isInt()) rows = v.toInt() >= -rank && v.toInt() < rank;
     }
   }
   if (rows) {
@@ -297,10 +294,7 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
           for (const auto& u : unwrapped[i]) list.push_back(to_rows(u, *batch, rank));
           v = c10::IValue(std::move(list));
         }
-      } else if (v.isInt() &&
-                 std::find(batch_rule_->dim_args().begin(), batch_rule_->dim_args().end(),
-                           args_[i].name) != batch_rule_->dim_args().end() &&
-                 v.toInt() >= 0) {
+      } else if (v.isInt() && is_dim_arg(i) && v.toInt() >= 0) {
         v = c10::IValue(v.toInt() + 1);
       } else if (v.isTensor()) {
         v = unwrapped[i][0].value;  // unbatched at this level (checked above)

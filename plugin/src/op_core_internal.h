@@ -57,6 +57,12 @@ class ArgsCheckedScope {
   const torch::jit::Stack* previous_;
 };
 
+/// The in-place variant `variant` writes the result of `functional` into its argument `x`
+/// (`self`): it must have x's sizes and dtype. Throws c10::Error naming both before anything
+/// is written (op_inplace_variant.cpp).
+void check_result_fits(const std::string& variant, const std::string& functional,
+                       const std::string& x, const at::Tensor& result, const at::Tensor& self);
+
 /// Registers the in-place variant's kernel at FuncTorchBatched (op_batching.cpp) in `lib`, for
 /// `variant` (its name in lib's namespace): the functional op on the batched arguments (its
 /// rule), then copy_ into the first argument. Done when the op has both a batching rule and an

@@ -120,18 +120,17 @@ void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location
   inplace_handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(variant.c_str(), "");
 }
 
-namespace {
-
-// The result of the functional op must fit x: same sizes and dtype (checked before anything
-// is written).
-void check_result_fits(const std::string& variant, const std::string& functional,
-                       const std::string& x, const at::Tensor& result, const at::Tensor& self) {
+void detail::check_result_fits(const std::string& variant, const std::string& functional,
+                               const std::string& x, const at::Tensor& result,
+                               const at::Tensor& self) {
   TORCH_CHECK(result.sym_sizes() == self.sym_sizes() && result.scalar_type() == self.scalar_type(),
               variant, ": argument '", x, "' receives the result, which must have its sizes and ",
               "dtype: the result of ", functional, " is ", result.sym_sizes(), " ",
               result.scalar_type(), ", argument '", x, "' is ", self.sym_sizes(), " ",
               self.scalar_type(), " (nothing was written); call ", functional);
 }
+
+namespace {
 
 // torch refuses an in-place write to an inference tensor outside InferenceMode (it has no
 // version counter); so does the variant, before anything is written. Checked on the device
@@ -169,7 +168,7 @@ void write_functional_result(const c10::OperatorHandle& functional, const std::s
     throw;
   }
   const at::Tensor result = call.at(0).toTensor();
-  check_result_fits(variant, functional.schema().name(), x, result, self);
+  detail::check_result_fits(variant, functional.schema().name(), x, result, self);
   self.copy_(result);
   torch::jit::drop(*stack, n);
   stack->emplace_back(self);
