@@ -108,6 +108,41 @@ if(CUSTOMOP_PRIVATE_RUNTIME)
                "${CMAKE_CURRENT_LIST_DIR}/customop_runtime_symbols.map")
 endif()
 
+# customop::torch_parallel: link it to a target whose CPU kernels call at::parallel_for.
+# ATen's parallel_for is a header template; in a torch built with OpenMP (every Linux wheel:
+# AT_PARALLEL_OPENMP in ATen/Config.h) its threads exist only where the calling file is
+# compiled with OpenMP, and without that it runs the whole range on the calling thread, with
+# no warning. This target compiles with -fopenmp and links torch's own libgomp.so.1 (the
+# wheel's lib/ folder; same SONAME, so the process keeps one OpenMP runtime and
+# at::set_num_threads governs our kernels too). Only GCC emits calls libgomp understands
+# (Clang's OpenMP needs libomp, a second runtime): with another compiler the kernels stay on
+# one thread and configure says so. A torch with ATen's native thread pool needs nothing.
+# CUSTOMOP_TORCH_PARALLEL tells which case applies (openmp | native | serial); targets that
+# link this one get CUSTOMOP_INTRA_OP_PARALLEL=1 when their kernels have threads.
+add_library(customop_torch_parallel INTERFACE)
+add_library(customop::torch_parallel ALIAS customop_torch_parallel)
+target_link_libraries(customop_torch_parallel INTERFACE customop::torch)
+file(STRINGS "${CUSTOMOP_TORCH_ROOT}/include/ATen/Config.h" _customop_omp
+     REGEX "^#define AT_PARALLEL_OPENMP 1")
+if(NOT _customop_omp)
+  set(CUSTOMOP_TORCH_PARALLEL native)
+elseif(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set(CUSTOMOP_TORCH_PARALLEL openmp)
+  target_compile_options(customop_torch_parallel INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fopenmp>)
+  if(EXISTS "${_tlib}/libgomp.so.1")
+    target_link_libraries(customop_torch_parallel INTERFACE "${_tlib}/libgomp.so.1")
+  else()
+    target_link_options(customop_torch_parallel INTERFACE -fopenmp)
+  endif()
+else()
+  set(CUSTOMOP_TORCH_PARALLEL serial)
+  message(STATUS "customop: ${CMAKE_CXX_COMPILER_ID} cannot share torch's OpenMP runtime "
+                 "(libgomp): at::parallel_for in CPU kernels runs on one thread")
+endif()
+if(NOT CUSTOMOP_TORCH_PARALLEL STREQUAL "serial")
+  target_compile_definitions(customop_torch_parallel INTERFACE CUSTOMOP_INTRA_OP_PARALLEL=1)
+endif()
+
 if(CUSTOMOP_ENABLE_CUDA)
   find_package(CUDAToolkit REQUIRED)
   add_library(customop_torch_cuda INTERFACE)

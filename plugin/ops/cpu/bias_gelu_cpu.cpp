@@ -1,10 +1,11 @@
 // CPU kernel of customop::bias_gelu: y = gelu(x + b) in one pass over x, vectorized
-// (at::vec::Vectorized erf/tanh), chunks of the flattened [N, D] spread with
-// at::parallel_for (a chunk may start and end mid-row, so one long row still splits).
-// Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+// (at::vec::Vectorized; float erf inline, cpu/vec_math.h), chunks of the flattened [N, D] spread
+// with at::parallel_for (a chunk may start and end mid-row, so one long row still splits). Built
+// once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/vec_io.h"
+#include "cpu/vec_math.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace customop::ops::cpu {
 
@@ -43,7 +45,11 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
     return half * s * (one + inner.tanh());
   } else {
     const Vec alpha(static_cast<T>(M_SQRT1_2));
-    return half * s * (one + (s * alpha).erf());
+    if constexpr (std::is_same_v<T, float>) {
+      return gelu_erf_f32(s);  // inline: cpu/vec_math.h says why
+    } else {
+      return half * s * (one + (s * alpha).erf());
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/vec_io.h"
+#include "cpu/vec_math.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -85,6 +86,17 @@ inline at::vec::Vectorized<T> keep_lanes(const uint8_t* m, int64_t n) {
   return Vec::loadu(flags) != Vec(T(0));
 }
 
+// exp per lane in A: float32 inline (cpu/vec_math.h: no out-of-line call per vector), float64
+// through ATen's Vectorized<double>::exp.
+template <class A>
+inline at::vec::Vectorized<A> vexp(const at::vec::Vectorized<A>& v) {
+  if constexpr (std::is_same_v<A, float>) {
+    return exp_f32(v);
+  } else {
+    return v.exp();
+  }
+}
+
 // One row of n elements, computed in A = acc_t<T>. exp(x - max) is kept in `e` (y itself
 // when A is T; for float16/bfloat16 a float32 row, so y is rounded once, after the scaling).
 template <class T>
@@ -130,12 +142,12 @@ void softmax_row(const T* x, const uint8_t* m, T* y, int64_t n, acc_t<T>* scratc
   for (int64_t j = 0; j < n; j += kV) {
     const int64_t r = std::min(kV, n - j);
     if (m == nullptr && r == kV) {
-      const Vec e = (IO::load(x + j) - vm).exp();
+      const Vec e = vexp<A>(IO::load(x + j) - vm);
       vsum = vsum + e;
       e.store(e_row + j);
     } else {
       const Vec keep = keep_lanes<A>(m == nullptr ? nullptr : m + j, r);
-      const Vec e = Vec::blendv(Vec(A(0)), (IO::load(x + j, r) - vm).exp(), keep);
+      const Vec e = Vec::blendv(Vec(A(0)), vexp<A>(IO::load(x + j, r) - vm), keep);
       vsum = vsum + e;
       e.store(e_row + j, static_cast<int>(r));
     }

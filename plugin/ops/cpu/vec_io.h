@@ -53,6 +53,7 @@ struct VecIO {
   /// The first n (0 <= n <= kLanes) elements from p, widened to Acc; the other lanes are 0.
   /// Reads no element past p[n - 1].
   static Vec load(const T* p, int64_t n) {
+    if (n == kLanes) return load(p);  // NB: callers pass a full vector here too (masked rows)
     if constexpr (kReduced<T>) {
       alignas(64) T tmp[kLanes] = {};
       for (int64_t l = 0; l < n; ++l) tmp[l] = p[l];
@@ -73,6 +74,7 @@ struct VecIO {
 
   /// The first n (0 <= n <= kLanes) lanes to p, rounded to T; writes no element past p[n - 1].
   static void store(const Vec& v, T* p, int64_t n) {
+    if (n == kLanes) return store(v, p);
     if constexpr (kReduced<T>) {
       at::vec::convert_from_float<T>(v, v).store(p, static_cast<int>(n));
     } else {
