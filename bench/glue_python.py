@@ -7,7 +7,17 @@ through
 The forward and the backward math of the Python variants are customop's own formulas
 (plugin/ops/rms_norm.cpp), so the kernels cost about the same and the rest is glue.
 
-Timing: one process, rounds interleaving the variants; per variant the median over rounds of
+The floor (with --floor-lib libglue_python_ops.so): y = x * alpha on [n] float32 called through
+torch.ops the same way, as
+  scale_customop        a customop op (by-name grads)
+  scale_customop_typed  a customop op (typed grads)
+  scale_by_hand         a hand-written TORCH_LIBRARY op (CPU kernel + Autograd kernel running a
+                        torch::autograd::Function that redispatches below autograd)
+each "<variant>_fwd" (forward alone, input requiring grad: the graph is built and dropped) and
+"<variant>_fwdbwd" (forward + backward). customop / by hand is the cost of customop's C++ glue
+seen from Python, with nothing of Python's around either.
+
+Timing: one process, rounds interleaving the variants (a new random order each round); per variant the median over rounds of
 the per-iteration wall time and of the thread's CPU time (single-threaded: the CPU time is
 what a busy shared machine perturbs least). Instruction counts: with --callgrind, each variant's loop is bracketed
 by callgrind's collect toggle and dumped as "<variant>/<n>" (run under
@@ -18,6 +28,7 @@ Prints one JSON object: {"time_ns": {"<variant>/<n>": ns}, "cpu_ns": {...}, ...}
 import argparse
 import ctypes
 import json
+import random
 import statistics
 import sys
 import time
@@ -88,6 +99,29 @@ def variants():
     }
 
 
+def floor_variants():
+    """The floor's ops (libglue_python_ops.so loaded): name -> (forward fn of x, backward?)."""
+    ops = torch.ops.glue_bench
+    fns = {"scale_customop": ops.scale, "scale_customop_typed": ops.scale_typed,
+           "scale_by_hand": ops.scale_by_hand}
+    out = {}
+    for name, op in fns.items():
+        out[name + "_fwd"] = (lambda x, w, op=op: op(x, 2.0), False)
+        out[name + "_fwdbwd"] = (lambda x, w, op=op: op(x, 2.0), True)
+    return out
+
+
+def make_fwd_loop(f, n):
+    x = torch.randn(n, requires_grad=True)
+    w = torch.randn(n, requires_grad=True)
+
+    def loop(iterations):
+        for _ in range(iterations):
+            f(x, w)
+
+    return loop, (x, w)
+
+
 def make_loop(f, n):
     x = torch.randn(n, requires_grad=True)
     w = torch.randn(n, requires_grad=True)
@@ -124,6 +158,8 @@ def main():
     p.add_argument("--lib", required=True, help="path of libcustomop_ops.so")
     p.add_argument("--iterations", type=int, default=200, help="iterations per round")
     p.add_argument("--rounds", type=int, default=15, help="timed rounds per variant")
+    p.add_argument("--floor-lib", metavar="LIB",
+                   help="libglue_python_ops.so: also time the floor variants (see above)")
     p.add_argument("--callgrind", metavar="LIB",
                    help="libcallgrind_toggle.so: count instructions instead of timing")
     a = p.parse_args()
@@ -133,28 +169,41 @@ def main():
     fs = variants()
     check_same(fs)
     out = {"torch": torch.__version__, "iterations": a.iterations}
+    loopers = {name: (f, make_loop) for name, f in fs.items()}
+    if a.floor_lib:
+        torch.ops.load_library(a.floor_lib)
+        floor = floor_variants()
+        x = torch.randn(64, requires_grad=True)
+        ys = {name: f(x, None) for name, (f, _) in floor.items()}
+        if not all(torch.equal(y, x * 2.0) for y in ys.values()):
+            sys.exit("glue_python: a floor variant disagrees with x * 2")
+        for name, (f, backward) in floor.items():
+            loopers[name] = (f, make_loop if backward else make_fwd_loop)
 
     if a.callgrind:
         cg = ctypes.CDLL(a.callgrind)
         cg.customop_callgrind_dump.argtypes = [ctypes.c_char_p]
         cg.customop_callgrind_start()
         for n in SIZES:
-            for name, f in fs.items():
-                loop, _ = make_loop(f, n)
+            for name, (f, make) in loopers.items():
+                loop, _ = make(f, n)
                 loop(20)  # warm-up, not collected
                 cg.customop_callgrind_toggle_collect()
                 loop(a.iterations)
                 cg.customop_callgrind_toggle_collect()
                 cg.customop_callgrind_dump(f"{name}/{n}".encode())
-        out["dumps"] = [f"{name}/{n}" for n in SIZES for name in fs]
+        out["dumps"] = [f"{name}/{n}" for n in SIZES for name in loopers]
     else:
-        loops = {f"{name}/{n}": make_loop(f, n)[0] for n in SIZES for name, f in fs.items()}
+        loops = {f"{name}/{n}": make(f, n)[0] for n in SIZES for name, (f, make) in loopers.items()}
         for loop in loops.values():
             loop(max(10, a.iterations // 10))  # warm-up
         wall = {k: [] for k in loops}
         cpu = {k: [] for k in loops}
+        order = list(loops.items())
+        rng = random.Random(0)
         for _ in range(a.rounds):
-            for key, loop in loops.items():
+            rng.shuffle(order)  # no variant always runs right after the same other one
+            for key, loop in order:
                 c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
                 loop(a.iterations)
                 wall[key].append((time.perf_counter_ns() - t0) / a.iterations)

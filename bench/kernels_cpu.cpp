@@ -4,6 +4,9 @@
 // Every benchmark reports bytes_per_second (SetBytesProcessed) over the bytes the op must
 // move at least (inputs read once + outputs written once), so customop, the composite and
 // copy_ are compared on the same traffic; bench/run turns them into ratios.
+// The in-place ops (rms_norm_, bias_gelu_, fused_add_rms_norm_) allocate nothing, so they are
+// the kernels measured against copy_ alone; the functional ops allocate their outputs, as
+// clone does (at 256 MiB, each call's fresh pages cost more than the copy itself).
 // Names: "<op>/<variant>/<bytes of input>", variant customop | composite; the yardsticks
 // "copy/<copy_ | memcpy | clone>/<bytes>" (see run_copy).
 // Both variants run under c10::InferenceMode: the autograd layer is skipped alike, the glue
@@ -12,6 +15,7 @@
 
 #include <customop/ops/bias_gelu.h>
 #include <customop/ops/clamp_count.h>
+#include <customop/ops/fused_add_rms_norm.h>
 #include <customop/ops/masked_softmax.h>
 #include <customop/ops/max_along.h>
 #include <customop/ops/rms_norm.h>
@@ -19,6 +23,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
 #include <c10/core/InferenceMode.h>
 
@@ -29,6 +34,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -149,6 +155,70 @@ Case weighted_sum_case(int64_t bytes) {
           static_cast<int64_t>(xs.size() + 1) * bytes};
 }
 
+/// customop::<name>(Tensor(a!) input, Tensor other, <scalar>) -> Tensor(a!), through the
+/// dispatcher (the in-place variants have no C++ wrapper of their own).
+template <class Scalar>
+at::Tensor call_inplace(const char* name, const at::Tensor& x, const at::Tensor& other,
+                        Scalar scalar) {
+  static thread_local std::unordered_map<std::string, c10::OperatorHandle> ops;
+  auto it = ops.find(name);
+  if (it == ops.end()) {
+    it = ops.emplace(name, c10::Dispatcher::singleton().findSchemaOrThrow(name, "")).first;
+  }
+  return it->second.typed<at::Tensor&(at::Tensor&, const at::Tensor&, Scalar)>().call(
+      const_cast<at::Tensor&>(x), other, scalar);
+}
+
+// In-place variants: each side writes its own copy of x (the check compares one call of
+// each); bytes = x read and written once (+ the weight / bias / residual), as copy_ moves.
+// NB: the timed loop applies the op to its own result again and again, so the arguments keep
+// that map away from subnormals (whose arithmetic is many times slower): rms_norm_'s weight is
+// +-1 (x keeps its RMS of 1), bias_gelu_'s bias is 1 (x grows by about 1 per call, and stops
+// in 16-bit once x + 1 rounds to x); U(-2, 2) weights shrank elements by |w| per call.
+Case rms_norm_inplace_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
+  auto x = uniform({rows, kD}), w = uniform({kD}).sign();
+  auto xa = x.clone(), xb = x.clone();
+  return {[=] { return std::vector{call_inplace<double>("customop::rms_norm_", xa, w, kEps)}; },
+          [=] { return std::vector{xb.mul_(at::rsqrt(xb.pow(2).mean(-1, true) + kEps)).mul_(w)}; },
+          2 * bytes + static_cast<int64_t>(w.nbytes())};
+}
+
+Case bias_gelu_inplace_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
+  auto x = uniform({rows, kD}), b = at::ones({kD}, x.options());
+  auto xa = x.clone(), xb = x.clone();
+  return {
+      [=] {
+        return std::vector{call_inplace<c10::string_view>("customop::bias_gelu_", xa, b, "none")};
+      },
+      [=] {
+        auto t = xb.add_(b);
+        return std::vector{at::gelu_(t)};
+      },
+      2 * bytes + static_cast<int64_t>(b.nbytes())};
+}
+
+// fused_add_rms_norm_: residual += input, input = rms_norm(residual) * weight, both written.
+Case fused_add_rms_norm_case(int64_t bytes) {
+  const int64_t rows = bytes / 4 / kD;
+  bytes = bytes / 4 * elem();
+  auto h = uniform({rows, kD}), res = uniform({rows, kD}), w = uniform({kD});
+  auto ha = h.clone(), ra = res.clone(), hb = h.clone(), rb = res.clone();
+  return {[=] {
+            ops::fused_add_rms_norm_op()(ops::FusedAddRmsNormArgs{ha, ra, w, kEps});
+            return std::vector{ha, ra};
+          },
+          [=] {
+            rb.add_(hb);
+            hb.copy_(rb * at::rsqrt(rb.pow(2).mean(-1, true) + kEps) * w);
+            return std::vector{hb, rb};
+          },
+          4 * bytes + static_cast<int64_t>(w.nbytes())};
+}
+
 void run_case(benchmark::State& state, const MakeCase& make, bool customop, at::ScalarType dtype) {
   c10::InferenceMode guard;
   g_dtype = dtype;
@@ -184,8 +254,17 @@ enum class Copy { kCopy, kMemcpy, kClone };
 
 void run_copy(benchmark::State& state, Copy kind) {
   c10::InferenceMode guard;
+  // NB: the yardsticks copy float32. g_dtype is whatever the benchmark before this one set:
+  // with random interleaving that was a 16-bit case in some orders, and src came out half the
+  // size, so memcpy read past its end (SIGSEGV when the next page was unmapped; a bench/run
+  // died of it) and copy_ timed a bf16 -> float32 conversion.
+  g_dtype = at::kFloat;
   const int64_t n = state.range(0) / 4;
   auto src = uniform({n});
+  if (src.nbytes() != static_cast<size_t>(state.range(0))) {
+    state.SkipWithError("copy source has the wrong size");
+    return;
+  }
   auto dst = at::zeros({n}, at::kFloat);
   for (auto _ : state) {
     switch (kind) {
@@ -208,6 +287,22 @@ void run_copy(benchmark::State& state, Copy kind) {
   state.counters["bytes_moved"] = static_cast<double>(2 * state.range(0));
 }
 
+/// The compute yardstick for the roofline: a float32 [n, n] x [n, n] matmul (ATen's BLAS, ATen's
+/// threads), 2 n^3 flops per call ("flops" counter; bench/run divides by the time).
+void run_sgemm(benchmark::State& state) {
+  c10::InferenceMode guard;
+  const int64_t n = state.range(0);
+  auto a = at::randn({n, n}), b = at::randn({n, n});
+  auto c = at::empty({n, n});
+  for (auto _ : state) {
+    at::mm_out(c, a, b);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  state.counters["flops"] =
+      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  state.counters["bytes_moved"] = 0;
+}
+
 /// NB: CUSTOMOP_BENCH_ITERATIONS=N fixes the iterations (for callgrind: instructions per call
 /// are then total / (N + 2), the 2 being the correctness check's calls).
 void apply_sizes(benchmark::internal::Benchmark* b) {
@@ -221,9 +316,20 @@ void apply_sizes(benchmark::internal::Benchmark* b) {
 
 [[maybe_unused]] const bool registered = [] {
   const std::pair<const char*, MakeCase> cases[] = {
-      {"rms_norm", rms_norm_case},       {"bias_gelu", bias_gelu_case},
-      {"clamp_count", clamp_count_case}, {"masked_softmax", masked_softmax_case},
-      {"max_along", max_along_case},     {"weighted_sum", weighted_sum_case}};
+      {"rms_norm", rms_norm_case},
+      {"bias_gelu", bias_gelu_case},
+      {"clamp_count", clamp_count_case},
+      {"masked_softmax", masked_softmax_case},
+      {"max_along", max_along_case},
+      {"weighted_sum", weighted_sum_case},
+      {"rms_norm_", rms_norm_inplace_case},
+      {"bias_gelu_", bias_gelu_inplace_case},
+      {"fused_add_rms_norm_", fused_add_rms_norm_case}};
+  benchmark::RegisterBenchmark("peak/sgemm", run_sgemm)
+      ->Arg(1024)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->MinTime(0.1);
   // Size-major order: copy_ and every op at one size run back to back, so the yardstick and
   // the ops see the same machine load.
   for (const int64_t size : kSizes) {
