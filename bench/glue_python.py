@@ -1,6 +1,7 @@
 """Glue overhead from Python: forward + backward of rms_norm on [n] float32 (n = 1 and 4096)
 through
   customop         torch.ops.customop.rms_norm (libcustomop_ops.so: C++ glue + C++ kernel)
+  customop_pkg     customop.rms_norm, the Python package's function for it (with --package)
   py_custom_op     torch.library.custom_op + register_autograd of the same math in ATen ops
   py_function      a torch.autograd.Function of the same math (for reference)
   aten_composite   the same math as plain ATen ops under autograd (for reference)
@@ -158,6 +159,9 @@ def main():
     p.add_argument("--lib", required=True, help="path of libcustomop_ops.so")
     p.add_argument("--iterations", type=int, default=200, help="iterations per round")
     p.add_argument("--rounds", type=int, default=15, help="timed rounds per variant")
+    p.add_argument("--package", metavar="DIR",
+                   help="a folder holding the customop Python package (build/<preset>/python_dev): "
+                        "also time customop.rms_norm, the package's function, as customop_pkg")
     p.add_argument("--floor-lib", metavar="LIB",
                    help="libglue_python_ops.so: also time the floor variants (see above)")
     p.add_argument("--callgrind", metavar="LIB",
@@ -167,6 +171,10 @@ def main():
     torch.set_num_threads(1)
     torch.ops.load_library(a.lib)
     fs = variants()
+    if a.package:
+        sys.path.insert(0, a.package)
+        import customop  # noqa: E402 (the op library is the one loaded above: same file)
+        fs["customop_pkg"] = lambda x, w: customop.rms_norm(x, w, EPS)
     check_same(fs)
     out = {"torch": torch.__version__, "iterations": a.iterations}
     loopers = {name: (f, make_loop) for name, f in fs.items()}

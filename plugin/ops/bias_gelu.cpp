@@ -126,8 +126,9 @@ Op<BiasGeluArgs>& bias_gelu_op() {
     auto& o = define<BiasGeluArgs>(
         "customop::bias_gelu(Tensor input, Tensor bias, str approximate=\"none\") -> Tensor");
     o.shape(&bias_gelu_shape);
-    // customop::bias_gelu_(Tensor(a!) x, ...) -> Tensor(a!): an activation written in place.
-    o.inplace_variant();
+    // customop::bias_gelu_(Tensor(a!) x, ...) -> Tensor(a!): an activation written in place, by
+    // the out kernel itself (kDirect: elementwise, each element read before it is written).
+    o.inplace_variant(InplaceGrad::kRefuse, InplaceWrite::kDirect);
     o.impl(c10::DeviceType::CPU, &detail::bias_gelu_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::bias_gelu_cuda);

@@ -124,7 +124,9 @@ Op<RmsNormArgs>& rms_norm_op() {
     // result has input's sizes and dtype, so it can be written back (an inference server's
     // residual stream). Differentiable through rms_norm's backward (a training loop's
     // x = rms_norm_(x, w) keeps its grads), at the cost of one copy of input under grad mode.
-    o.inplace_variant(InplaceGrad::kThroughFunctional);
+    // Without grad the kernels write input directly (kDirect: each row is read in full, for its
+    // sum of squares, before any of it is written).
+    o.inplace_variant(InplaceGrad::kThroughFunctional, InplaceWrite::kDirect);
     o.impl(c10::DeviceType::CPU, &detail::rms_norm_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_cuda);

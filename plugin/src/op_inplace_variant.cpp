@@ -58,9 +58,17 @@ std::vector<T> inplace_tags(long) {
   return {};
 }
 
+// The functional op's checks name the functional op; the context says which call the user made.
+void add_variant_context(c10::Error& e, const std::string& variant, const std::string& functional,
+                         const std::string& x) {
+  e.add_context(c10::str("raised while ", variant, " ran ", functional,
+                         " to compute the result it writes into '", x, "'; nothing was written"));
+}
+
 }  // namespace
 
-void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location& loc) {
+void OpCore::define_inplace_variant(InplaceGrad grad, InplaceWrite write,
+                                    const std::source_location& loc) {
   const std::string variant = name_ + "_";
   TORCH_CHECK_VALUE(!wrapped_ && !mutates_, name_, ": inplace_variant() (at ", format_location(loc),
                     ") needs a functional op defined with customop::define",
@@ -79,6 +87,9 @@ void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location
   TORCH_CHECK_VALUE(grad == InplaceGrad::kRefuse || grad == InplaceGrad::kThroughFunctional, name_,
                     ": inplace_variant() (at ", format_location(loc), ") got InplaceGrad value ",
                     static_cast<int>(grad), "; expected kRefuse or kThroughFunctional");
+  TORCH_CHECK_VALUE(write == InplaceWrite::kCopy || write == InplaceWrite::kDirect, name_,
+                    ": inplace_variant() (at ", format_location(loc), ") got InplaceWrite value ",
+                    static_cast<int>(write), "; expected kCopy or kDirect");
   TORCH_CHECK(!inplace_handle_, name_, ": inplace_variant() is declared twice (again at ",
               format_location(loc), ")");
   TORCH_CHECK_VALUE(!c10::Dispatcher::singleton().findSchema({variant, ""}).has_value(), name_,
@@ -117,7 +128,68 @@ void OpCore::define_inplace_variant(InplaceGrad grad, const std::source_location
   if (batch_rule_) detail::impl_inplace_batched(*lib, op, this);  // the functional op's rule
   libraries_.push_back(std::move(lib));
   inplace_grad_ = grad;
+  inplace_write_ = write;
   inplace_handle_ = c10::Dispatcher::singleton().findSchemaOrThrow(variant.c_str(), "");
+}
+
+void OpCore::set_result_spec(std::function<TensorSpec(torch::jit::Stack&)> fn) {
+  result_spec_ = std::move(fn);
+}
+
+// InplaceWrite::kDirect: the out kernel with x as its output, when that is safe and x has the
+// result's exact layout; false (nothing done) sends the call down the copy path, which also
+// gives the errors for an x that cannot hold the result.
+bool OpCore::write_inplace_directly(const at::Tensor& self, torch::jit::Stack* stack) const {
+  const c10::DeviceType device = self.device().type();
+  if (device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) return false;
+  if (!result_spec_ || out_handle_ == std::nullopt) return false;
+  if (out_kernels_[device == c10::DeviceType::CUDA ? 1 : 0].load(std::memory_order_acquire) ==
+      nullptr) {
+    return false;
+  }
+  const size_t n = args_.size();
+  // The kernel would read elements of another argument that it has already overwritten.
+  for (size_t i = 1; i < n; ++i) {
+    const c10::IValue& v = (*stack)[stack->size() - n + i];
+    std::vector<at::Tensor> ts;
+    if (v.isTensor()) ts.push_back(v.toTensor());
+    if (v.isTensorList()) ts = v.toTensorVector();
+    for (const auto& t : ts) {
+      if (t.defined() && at::get_overlap_status(self, t) != at::MemOverlapStatus::No) return false;
+    }
+  }
+  TensorSpec spec;
+  try {
+    spec = result_spec_(*stack);  // runs the op's checks (its shape function)
+  } catch (c10::Error& e) {
+    add_variant_context(e, name_ + "_", name_, args_[0].name);
+    throw;
+  }
+  if (spec.dtype != self.scalar_type() || spec.device != self.device() ||
+      c10::SymIntArrayRef(spec.sizes) != self.sym_sizes()) {
+    return false;
+  }
+  if (spec.strides) {
+    for (size_t d = 0; d < spec.sizes.size(); ++d) {
+      if (spec.sizes[d] != 1 && self.sym_stride(static_cast<int64_t>(d)) != (*spec.strides)[d]) {
+        return false;
+      }
+    }
+  } else if (!self.is_contiguous()) {
+    return false;
+  }
+  torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  call.emplace_back(self);
+  try {
+    out_device_kernel(device, &call);  // leaves the out tensor, x
+  } catch (c10::Error& e) {
+    e.add_context(c10::str("raised while ", name_, "_ ran the out kernel of ", name_,
+                           " writing into '", args_[0].name, "' directly (InplaceWrite::kDirect)"));
+    throw;
+  }
+  torch::jit::drop(*stack, n);
+  stack->emplace_back(self);
+  return true;
 }
 
 void detail::check_result_fits(const std::string& variant, const std::string& functional,
@@ -162,9 +234,7 @@ void write_functional_result(const c10::OperatorHandle& functional, const std::s
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     functional.callBoxed(call);
   } catch (c10::Error& e) {
-    // The functional op's checks name the functional op; say which call the user made.
-    e.add_context(c10::str("raised while ", variant, " ran ", functional.schema().name(),
-                           " to compute the result it writes into '", x, "'; nothing was written"));
+    add_variant_context(e, variant, functional.schema().name(), x);
     throw;
   }
   const at::Tensor result = call.at(0).toTensor();
@@ -261,6 +331,7 @@ void OpCore::inplace_kernel(int key, const c10::OperatorHandle& h, c10::Dispatch
                     "' is None; the in-place variant writes its result into it");
   check_writable_here(variant, x, self);
   check_not_expanded(variant, name_, x, self);
+  if (inplace_write_ == InplaceWrite::kDirect && write_inplace_directly(self, stack)) return;
   // The functional op on the same arguments (below ADInplaceOrView, as this kernel runs).
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   write_functional_result(*handle_, variant, x, std::move(call), self, n, stack);

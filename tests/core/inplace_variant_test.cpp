@@ -273,6 +273,11 @@ TEST(InplaceVariant, DeclarationRefusals) {
                 row_scale_grad_op().inplace_variant(static_cast<customop::InplaceGrad>(7));
               }),
               HasSubstr("got InplaceGrad value 7"));
+  EXPECT_THAT(error_message([&] {
+                row_scale_grad_op().inplace_variant(customop::InplaceGrad::kRefuse,
+                                                    static_cast<customop::InplaceWrite>(9));
+              }),
+              HasSubstr("got InplaceWrite value 9"));
 }
 
 }  // namespace

@@ -230,8 +230,14 @@ class Op final : public OpCore {
                     "several)");
       // NB: the function is stored before the fake kernel that calls it is published; a second
       // declaration is refused (by set_fake_kernel) before anything is replaced.
-      if (!has_fake_kernel())
+      if (!has_fake_kernel()) {
         shape_ = [fn = std::move(fn)](const Args& a) -> Specs { return fn(a); };
+        if constexpr (kNumReturns == 1) {
+          set_result_spec([this](torch::jit::Stack& stack) {
+            return spec_array(shape_(detail::args_from_stack<Args>(stack, /*consume=*/false)))[0];
+          });
+        }
+      }
       set_fake_kernel(
           [this](torch::jit::Stack* stack) {
             const Args args = detail::args_from_stack<Args>(*stack, /*consume=*/true);
@@ -263,6 +269,7 @@ class Op final : public OpCore {
   /// through the functional op's backward (see InplaceGrad). x's version is bumped. The harness
   /// checks it against the functional op, values and grads (check_inplace_variant).
   /// \param grad  kRefuse (default) or kThroughFunctional
+  /// \param write kCopy (default) or kDirect: the out kernel writes x itself (see InplaceWrite)
   /// \param loc   where it is declared; named in errors
   /// \returns    *this, for chaining
   /// \throws c10::ValueError naming the op and `loc` when the op writes its arguments, was
@@ -271,9 +278,12 @@ class Op final : public OpCore {
   /// Example:
   ///   op.inplace_variant();   // myns::row_scale_(Tensor(a!) x, Tensor scale) -> Tensor(a!)
   ///   // or, differentiable in training: op.inplace_variant(InplaceGrad::kThroughFunctional);
+  ///   // an elementwise out kernel writes x directly (no result tensor, one pass):
+  ///   op.inplace_variant(InplaceGrad::kRefuse, InplaceWrite::kDirect);
   Op& inplace_variant(InplaceGrad grad = InplaceGrad::kRefuse,
+                      InplaceWrite write = InplaceWrite::kCopy,
                       std::source_location loc = std::source_location::current()) {
-    define_inplace_variant(grad, loc);
+    define_inplace_variant(grad, write, loc);
     return *this;
   }
 

@@ -142,6 +142,21 @@ enum class InplaceGrad : std::uint8_t {
   kThroughFunctional,
 };
 
+/// How an op's in-place variant (Op::inplace_variant) puts its result into x, its first argument.
+enum class InplaceWrite : std::uint8_t {
+  /// Runs the functional op, then copies its result into x: right for any kernel; allocates a
+  /// result and moves the data twice.
+  kCopy,
+  /// Calls the op's out kernel (Op::impl with kernel(const Args&, out)) with x itself as the
+  /// output, when x has the result's sizes, dtype, device and the strides the shape function
+  /// states, and no other argument shares memory with x; otherwise (and for an op without an
+  /// out kernel on x's device) as kCopy. Declare it only for a kernel that reads every input
+  /// element it needs before it writes an output element depending on it: elementwise kernels,
+  /// and row kernels that finish reading a row before writing it. The training path
+  /// (InplaceGrad::kThroughFunctional, under grad) still goes through the functional op.
+  kDirect,
+};
+
 /// The schema-level state of a customop op; `Op<Args, Ret>` adds the typed parts.
 /// Thread-safety: calls may run on any number of threads, also while another thread registers
 /// a kernel or a formula half (each is published atomically; a call sees it or not). Two
@@ -292,7 +307,11 @@ class OpCore {
   /// argument.
   void note_shape(std::source_location loc);
   /// Defines the in-place variant (Op::inplace_variant); throws as it documents.
-  void define_inplace_variant(InplaceGrad grad, const std::source_location& loc);
+  void define_inplace_variant(InplaceGrad grad, InplaceWrite write,
+                              const std::source_location& loc);
+  /// For InplaceWrite::kDirect: the spec (Op::shape) of the op's one return for the arguments
+  /// at the top of a stack (left there). Set by Op::shape.
+  void set_result_spec(std::function<TensorSpec(torch::jit::Stack&)> fn);
   /// The typed half of an out= overload's kernel for `device` (Meta: its fake kernel): `fn`
   /// gets the functional arguments followed by one out tensor per return, and leaves the out
   /// tensors on the stack. Throws c10::Error naming the op when `device` has one already.
@@ -445,8 +464,11 @@ class OpCore {
   void inplace_kernel(int key, const c10::OperatorHandle& h, c10::DispatchKeySet ks,
                       torch::jit::Stack* stack) const;
   void inplace_autograd(torch::jit::Stack* stack) const;
+  bool write_inplace_directly(const at::Tensor& self, torch::jit::Stack* stack) const;
   std::optional<c10::OperatorHandle> inplace_handle_;
   InplaceGrad inplace_grad_ = InplaceGrad::kRefuse;
+  InplaceWrite inplace_write_ = InplaceWrite::kCopy;
+  std::function<TensorSpec(torch::jit::Stack&)> result_spec_;
   std::atomic<const detail::KernelEntry*> out_kernels_[3] = {nullptr, nullptr, nullptr};
 
   std::string name_;
