@@ -23,6 +23,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -56,6 +57,16 @@ auto inplace_tags(int) -> decltype(T::inplace, std::vector<T>{}) {
 template <class T>
 std::vector<T> inplace_tags(long) {
   return {};
+}
+
+// The bytes [first, second) that t's elements lie in (ATen strides are not negative); empty for
+// a tensor without elements.
+std::pair<std::uintptr_t, std::uintptr_t> byte_span(const at::Tensor& t) {
+  const auto start = reinterpret_cast<std::uintptr_t>(t.const_data_ptr());
+  if (t.numel() == 0) return {start, start};
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {start, start + static_cast<std::uintptr_t>((last + 1) * t.element_size())};
 }
 
 // The functional op's checks name the functional op; the context says which call the user made.
@@ -139,23 +150,28 @@ void OpCore::set_result_spec(std::function<TensorSpec(torch::jit::Stack&)> fn) {
 // InplaceWrite::kDirect: the out kernel with x as its output, when that is safe and x has the
 // result's exact layout; false (nothing done) sends the call down the copy path, which also
 // gives the errors for an x that cannot hold the result.
+// NB: CPU only. The CUDA kernels declare their input and output pointers __restrict__, which
+// one buffer for both breaks; they keep the copy path until they are written (and checked on a
+// GPU) for it.
 bool OpCore::write_inplace_directly(const at::Tensor& self, torch::jit::Stack* stack) const {
-  const c10::DeviceType device = self.device().type();
-  if (device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) return false;
+  if (self.device().type() != c10::DeviceType::CPU) return false;
   if (!result_spec_ || out_handle_ == std::nullopt) return false;
-  if (out_kernels_[device == c10::DeviceType::CUDA ? 1 : 0].load(std::memory_order_acquire) ==
-      nullptr) {
-    return false;
-  }
+  if (out_kernels_[0].load(std::memory_order_acquire) == nullptr) return false;  // the CPU slot
   const size_t n = args_.size();
-  // The kernel would read elements of another argument that it has already overwritten.
+  const auto x_bytes = byte_span(self);
   for (size_t i = 1; i < n; ++i) {
     const c10::IValue& v = (*stack)[stack->size() - n + i];
     std::vector<at::Tensor> ts;
     if (v.isTensor()) ts.push_back(v.toTensor());
     if (v.isTensorList()) ts = v.toTensorVector();
     for (const auto& t : ts) {
-      if (t.defined() && at::get_overlap_status(self, t) != at::MemOverlapStatus::No) return false;
+      // An undefined Tensor argument: the copy path's kernel refuses it with its TypeError.
+      if (!t.defined()) return false;
+      // The kernel would read elements of another argument that it has already overwritten.
+      // By addresses, not storages: two tensors made over one buffer (from_blob, from_numpy,
+      // DLPack) have different storages.
+      const auto other = byte_span(t);
+      if (x_bytes.first < other.second && other.first < x_bytes.second) return false;
     }
   }
   TensorSpec spec;
@@ -181,7 +197,7 @@ bool OpCore::write_inplace_directly(const at::Tensor& self, torch::jit::Stack* s
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   call.emplace_back(self);
   try {
-    out_device_kernel(device, &call);  // leaves the out tensor, x
+    out_device_kernel(c10::DeviceType::CPU, &call);  // leaves the out tensor, x
   } catch (c10::Error& e) {
     e.add_context(c10::str("raised while ", name_, "_ ran the out kernel of ", name_,
                            " writing into '", args_[0].name, "' directly (InplaceWrite::kDirect)"));

@@ -16,12 +16,15 @@
 #include <customop/ops/weighted_sum.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -42,8 +45,11 @@ at::Tensor guarded_copy(const at::Tensor& like, Flush flush) {
   void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) throw std::runtime_error("mmap failed");
   auto* b = static_cast<char*>(base);
-  mprotect(b, page, PROT_NONE);
-  mprotect(b + (data_pages + 1) * page, page, PROT_NONE);
+  if (mprotect(b, page, PROT_NONE) != 0 ||
+      mprotect(b + (data_pages + 1) * page, page, PROT_NONE) != 0) {
+    munmap(base, len);
+    throw std::runtime_error("mprotect failed");
+  }
   char* data = flush == Flush::kEnd ? b + (data_pages + 1) * page - bytes : b + page;
   const at::Tensor src = like.contiguous();
   if (bytes > 0) std::memcpy(data, src.const_data_ptr(), bytes);
@@ -111,6 +117,27 @@ TEST_P(GuardPage, ElementwiseOps) {
     EXPECT_TRUE(at::equal(gn, cn)) << "clamp_count count";
     expect_same(ops::weighted_sum_op()(ops::WeightedSumArgs{{gx, gy}, {0.5, 2.0}}),
                 ops::weighted_sum_op()(ops::WeightedSumArgs{{x, y}, {0.5, 2.0}}), "weighted_sum");
+  }
+}
+
+// rms_norm_ and bias_gelu_ write x with the ops' own kernels (InplaceWrite::kDirect), so a
+// guarded x checks those kernels' stores too.
+TEST_P(GuardPage, InPlaceVariantsWriteOnlyX) {
+  c10::NoGradGuard no_grad;
+  const auto rms_ = c10::Dispatcher::singleton().findSchemaOrThrow("customop::rms_norm_", "");
+  const auto gelu_ = c10::Dispatcher::singleton().findSchemaOrThrow("customop::bias_gelu_", "");
+  for (const int64_t d : kLengths) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    const auto x = input({3, d}), w = input({d});
+    const auto gw = guard(w);
+    auto gx = guard(x);
+    torch::jit::Stack call{gx, gw, 1e-6};
+    rms_.callBoxed(call);
+    expect_same(gx, ops::rms_norm_op()(ops::RmsNormArgs{x, w, 1e-6}), "rms_norm_");
+    gx = guard(x);
+    call = {gx, gw, std::string("none")};
+    gelu_.callBoxed(call);
+    expect_same(gx, ops::bias_gelu_op()(ops::BiasGeluArgs{x, w, "none"}), "bias_gelu_");
   }
 }
 

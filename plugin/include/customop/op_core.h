@@ -147,10 +147,11 @@ enum class InplaceWrite : std::uint8_t {
   /// Runs the functional op, then copies its result into x: right for any kernel; allocates a
   /// result and moves the data twice.
   kCopy,
-  /// Calls the op's out kernel (Op::impl with kernel(const Args&, out)) with x itself as the
-  /// output, when x has the result's sizes, dtype, device and the strides the shape function
-  /// states, and no other argument shares memory with x; otherwise (and for an op without an
-  /// out kernel on x's device) as kCopy. Declare it only for a kernel that reads every input
+  /// Calls the op's CPU out kernel (Op::impl with kernel(const Args&, out)) with x itself as
+  /// the output, when x is on the CPU with the result's sizes, dtype and the strides the shape
+  /// function states, and no other argument has elements in x's memory span; otherwise (and
+  /// for an op without a CPU out kernel) as kCopy. (CUDA: as kCopy for now; the built-in CUDA
+  /// kernels take __restrict__ input and output pointers.) Declare it only for a kernel that reads every input
   /// element it needs before it writes an output element depending on it: elementwise kernels,
   /// and row kernels that finish reading a row before writing it. The training path
   /// (InplaceGrad::kThroughFunctional, under grad) still goes through the functional op.

@@ -29,7 +29,12 @@ inline at::vec::Vectorized<float> exp_f32(at::vec::Vectorized<float> x) {
   const Vec lo(-87.33654F);  // ln(FLT_MIN): n >= -126 keeps 2^n a normal float
   const Vec hi(88.37626F);   // 127.5 ln2: n <= 127 keeps 2^n finite
   const Vec xc = at::vec::clamp(x, lo, hi);
-  const Vec n = (xc * Vec(1.44269504F)).round();  // to nearest even: |r| <= ln2 / 2
+  Vec n = (xc * Vec(1.44269504F)).round();  // to nearest even: |r| <= ln2 / 2
+#if !defined(CPU_CAPABILITY_AVX2) && !defined(CPU_CAPABILITY_AVX512)
+  // The default build converts lane by lane with a C++ cast, undefined for NaN (the AVX
+  // instructions give INT_MIN): cast 0 there; the NaN comes back in the final blend.
+  n = Vec::blendv(n, Vec(0.0F), n != n);
+#endif
   // ln2 = 0.693145751953125 (exact in float, 11 significant bits) + 1.42860677e-6
   const Vec r =
       at::vec::fmadd(n, Vec(-1.42860677e-6F), at::vec::fmadd(n, Vec(-0.693145751953125F), xc));
@@ -44,8 +49,7 @@ inline at::vec::Vectorized<float> exp_f32(at::vec::Vectorized<float> x) {
   // 2^n, n in [-126, 127]: the float whose exponent field is n + 127 (mantissa 0).
   const IVec bits = (at::vec::convert_to_int_of_same_size(n) + IVec(127)) << IVec(23);
   const Vec y = p * at::vec::cast<float>(bits);
-  // Below ln(FLT_MIN): 0 (-inf included). NaN: NaN (the clamp keeps it in the AVX builds but
-  // not in the default one, and the cast of round(NaN) is garbage in all).
+  // Below ln(FLT_MIN): 0 (-inf included). NaN: NaN (2^n of a NaN lane is garbage).
   return Vec::blendv(Vec::blendv(y, Vec(0.0F), x < lo), x, x != x);
 }
 
