@@ -151,10 +151,11 @@ enum class InplaceWrite : std::uint8_t {
   /// the output, when x is on the CPU with the result's sizes, dtype and the strides the shape
   /// function states, and no other argument has elements in x's memory span; otherwise (and
   /// for an op without a CPU out kernel) as kCopy. (CUDA: as kCopy for now; the built-in CUDA
-  /// kernels take __restrict__ input and output pointers.) Declare it only for a kernel that reads every input
-  /// element it needs before it writes an output element depending on it: elementwise kernels,
-  /// and row kernels that finish reading a row before writing it. The training path
-  /// (InplaceGrad::kThroughFunctional, under grad) still goes through the functional op.
+  /// kernels take __restrict__ input and output pointers.) Declare it only for a kernel that
+  /// reads every input element it needs before it writes an output element depending on it:
+  /// elementwise kernels, and row kernels that finish reading a row before writing it. The
+  /// training path (InplaceGrad::kThroughFunctional, under grad) still goes through the
+  /// functional op.
   kDirect,
 };
 
