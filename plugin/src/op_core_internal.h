@@ -69,4 +69,9 @@ void check_result_fits(const std::string& variant, const std::string& functional
 /// in-place variant, by whichever is declared second.
 void impl_inplace_batched(torch::Library& lib, const std::string& variant, const OpCore* op);
 
+/// True when `t` (of `spec`'s sizes) has the strides `spec` states (contiguous when it states
+/// none); a dim of size 1 may have any stride. Used by the out= buffers and the in-place
+/// variant's direct write.
+bool has_spec_strides(const at::Tensor& t, const TensorSpec& spec);
+
 }  // namespace customop::detail

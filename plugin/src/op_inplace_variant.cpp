@@ -185,15 +185,7 @@ bool OpCore::write_inplace_directly(const at::Tensor& self, torch::jit::Stack* s
       c10::SymIntArrayRef(spec.sizes) != self.sym_sizes()) {
     return false;
   }
-  if (spec.strides) {
-    for (size_t d = 0; d < spec.sizes.size(); ++d) {
-      if (spec.sizes[d] != 1 && self.sym_stride(static_cast<int64_t>(d)) != (*spec.strides)[d]) {
-        return false;
-      }
-    }
-  } else if (!self.is_contiguous()) {
-    return false;
-  }
+  if (!detail::has_spec_strides(self, spec)) return false;
   torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   call.emplace_back(self);
   try {

@@ -186,9 +186,13 @@ bool OpCore::prepare_out_buffer(std::size_t i, const at::Tensor& out,
     }
     out.resize__symint(sizes);
   }
-  if (!spec.strides) return out.is_contiguous();
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] != 1 && out.sym_stride(static_cast<int64_t>(d)) != (*spec.strides)[d]) {
+  return detail::has_spec_strides(out, spec);
+}
+
+bool detail::has_spec_strides(const at::Tensor& t, const TensorSpec& spec) {
+  if (!spec.strides) return t.is_contiguous();
+  for (size_t d = 0; d < spec.sizes.size(); ++d) {
+    if (spec.sizes[d] != 1 && t.sym_stride(static_cast<int64_t>(d)) != (*spec.strides)[d]) {
       return false;
     }
   }
