@@ -95,6 +95,7 @@ const std::map<std::string, bool GradcheckOptions::*> kFlags = {
     {"check_out_variant", &GradcheckOptions::check_out_variant},
     {"check_inplace_variant", &GradcheckOptions::check_inplace_variant},
     {"check_layout_variants", &GradcheckOptions::check_layout_variants},
+    {"check_backward_precision", &GradcheckOptions::check_backward_precision},
 };
 
 /// What the report calls the function and its arguments and returns (options "name",

@@ -128,6 +128,9 @@ nlohmann::json result_json(const GradcheckResult& r) {
           {"input_subsets", r.input_subsets},
           {"subset_forward_calls", r.subset_counts.forward_calls},
           {"subset_vjp_calls", r.subset_counts.vjp_calls},
+          {"precision_probes", r.precision_probes},
+          {"precision_forward_calls", r.precision_counts.forward_calls},
+          {"precision_vjp_calls", r.precision_counts.vjp_calls},
           {"failures", failures},
           {"pairs", pairs},
           {"second_order_pairs", pairs2},
@@ -172,6 +175,7 @@ std::string format_report(const GradcheckResult& r) {
      << " backward\n";
   extra_runs(os, "layout variants", r.layout_variants, r.layout_counts);
   extra_runs(os, "input subsets requiring grad", r.input_subsets, r.subset_counts);
+  extra_runs(os, "float64 precision probes", r.precision_probes, r.precision_counts);
   if (!r.low_precision.empty()) {
     os << "  low-precision rule (" << r.precision_rule << "), "
        << r.low_precision_counts.forward_calls << " forward + " << r.low_precision_counts.vjp_calls

@@ -28,7 +28,7 @@ _REFUSED = {
 # customop's own options gradcheck() passes to the harness (GradcheckOptions fields).
 _OWN = {"seed", "label", "input_subsets", "max_jacobian_entries", "check_grad_output_scaling",
         "check_grad_metadata", "check_forward_grad_mode", "detect_nondifferentiable",
-        "check_cuda_against_cpu", "check_layout_variants"}
+        "check_cuda_against_cpu", "check_layout_variants", "check_backward_precision"}
 
 
 def _finite(caller: str, key: str, value, positive: bool = False) -> None:

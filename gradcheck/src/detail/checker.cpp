@@ -2,6 +2,7 @@
 
 #include "detail/compare.h"
 #include "detail/draws.h"
+#include "detail/noise_level.h"
 #include "detail/numerical.h"
 #include "detail/sum_rounding.h"
 #include "detail/values.h"
@@ -277,7 +278,10 @@ class Checker {
     std::vector<NumericalBlock> blocks;
     std::vector<at::Tensor> widths(num_inputs_);
     for (std::size_t j = 0; j < num_inputs_; ++j) blocks.push_back(numerical_block(j, &widths[j]));
-    if (tol_.estimated) widen_noise_for_sums(blocks, point_, widths, num_->row_roundoff());
+    if (tol_.estimated) {
+      widen_noise_for_sums(blocks, point_, widths, num_->row_roundoff());
+      if (any_pair_fails(blocks, ana)) widen_to_measured_noise(blocks, widths);
+    }
     for (std::size_t j = 0; j < num_inputs_; ++j) {
       const NumericalBlock& nb = blocks[j];
       for (std::size_t i = 0; i < num_outputs_; ++i) {
@@ -515,6 +519,38 @@ class Checker {
     return b;
   }
 
+  /// True when some (output, input) pair of the slow-mode blocks fails as they stand.
+  bool any_pair_fails(const std::vector<NumericalBlock>& blocks,
+                      const std::vector<std::vector<at::Tensor>>& ana) const {
+    for (std::size_t j = 0; j < num_inputs_; ++j) {
+      for (std::size_t i = 0; i < num_outputs_; ++i) {
+        if (!compare_pair(blocks[j], ana[i][j], i, j).pair.passed) return true;
+      }
+    }
+    return false;
+  }
+
+  /// Widens the blocks' rounding estimates to the noise measured near the point
+  /// (noise_level.h), measured once per check and only when the model's bounds do not hold:
+  /// kNoiseDirections (kNoisePoints - 1) forward calls.
+  void widen_to_measured_noise(std::vector<NumericalBlock>& blocks,
+                               const std::vector<at::Tensor>& widths) {
+    if (!noise_sigma_.defined()) {
+      at::Generator gen = cpu_generator(opt_.seed + 5);
+      try {
+        noise_sigma_ = measured_noise(*num_, gen);
+      } catch (const std::exception&) {
+        // f unstable or raising along the probe: the modelled bounds stand alone.
+        noise_sigma_ = at::zeros({num_->total()}, at::kDouble);
+      }
+    }
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (std::size_t o = 0; o < num_->base().size(); ++o) ranges.push_back(num_->rows(o));
+    widen_noise_to_measured(blocks, noise_sigma_,
+                            output_rounding_floor(num_->base_flat(), num_->row_roundoff(), ranges),
+                            widths);
+  }
+
   /// The entry-by-entry comparison of output i's rows of `nb` with `ana` ([m_i, n_j]).
   BlockCompare compare_pair(const NumericalBlock& nb, const at::Tensor& ana, std::size_t i,
                             std::size_t j) const {
@@ -621,7 +657,10 @@ class Checker {
                     std::vector<PairReport>& fast_pairs) {
     at::Tensor widths;
     std::vector<NumericalBlock> one{numerical_block(j, &widths)};
-    if (tol_.estimated) widen_noise_for_sums(one, {point_[j]}, {widths}, num_->row_roundoff());
+    if (tol_.estimated) {
+      widen_noise_for_sums(one, {point_[j]}, {widths}, num_->row_roundoff());
+      widen_to_measured_noise(one, {widths});
+    }
     const NumericalBlock& nb = one.front();
     for (auto i : failing) {
       std::vector<at::Tensor> rows;
@@ -835,6 +874,7 @@ class Checker {
   bool nominal_step_ = false;  // divide by eps, not by the perturbation applied
   std::string steps_;          // the step rule, for reports
   std::optional<Numerical> num_;
+  at::Tensor noise_sigma_;  // the measured noise per output row (noise_level.h), once needed
 
   std::vector<std::pair<int, std::string>> metadata_issues_;
   std::vector<bool> metadata_seen_ = std::vector<bool>(num_inputs_, false);
@@ -850,8 +890,15 @@ std::vector<at::Tensor> vjp(const std::vector<at::Tensor>& outputs,
                             const std::vector<at::Tensor>& inputs, OpCounts& counts,
                             bool create_graph) {
   ++counts.vjp_calls;
-  return torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/true, create_graph,
-                               /*allow_unused=*/true);
+  auto grads = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/true,
+                                     create_graph, /*allow_unused=*/true);
+  // A backward may return a ZeroTensor (at::_efficientzerotensor: sign's and sgn's for real
+  // inputs), which has no data to read: the zeros it stands for. (torch's Python
+  // autograd.grad materializes them the same way.)
+  for (auto& g : grads) {
+    if (g.defined() && g._is_zerotensor()) g = at::zeros(g.sizes(), g.options());
+  }
+  return grads;
 }
 
 void add_failure(GradcheckResult& result, Check check, bool second_order, int output, int input,

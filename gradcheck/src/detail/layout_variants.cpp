@@ -47,8 +47,9 @@ std::optional<at::Tensor> in_layout(const at::Tensor& t, const Layout& layout) {
 class LayoutCheck {
  public:
   LayoutCheck(const Function& f, const Checked& c, std::uint64_t seed, double nondet_tol,
-              GradcheckResult& r)
-      : f_(f),
+              GradcheckResult& r, const JacobianAt& jacobian_at)
+      : jacobian_at_(jacobian_at),
+        f_(f),
         c_(c),
         r_(r),
         gen_(cpu_generator(seed + 3)),
@@ -105,11 +106,15 @@ class LayoutCheck {
     for (std::size_t o = 0; o < c_.outputs.size() && o < outs.size(); ++o) {
       const std::string d = differs(outs[o], c_.outputs[o], rs_);
       if (d.empty()) continue;
+      if (stride_dependent(inputs, name, layout)) return;
       fail(j, -1,
            "forward output " + std::to_string(o) + " ('" + out_name(o) + "') differs with " + what,
            "  output " + std::to_string(o) + " " + d +
                "\n  a kernel that reads this input's memory as if it were contiguous (data_ptr() "
-               "without the strides) does this; call .contiguous() or index with the strides");
+               "without the strides) does this; call .contiguous() or index with the strides" +
+               (jacobian_at_ ? "\n  (its Jacobian at this layout disagrees with its forward too: "
+                               "not an op whose result depends on strides by definition)"
+                             : ""));
       return;
     }
     std::vector<at::Tensor> ys;
@@ -118,6 +123,28 @@ class LayoutCheck {
       ys.push_back(outs[o]);
     }
     compare_grads(vjp_or_fail(ys, gs_, inputs, j, -1, what), j, -1, what);
+  }
+
+  /// True (with a note) when the op's Jacobian check passes at `inputs`: its outputs depend
+  /// on the input's layout, and its backward follows (as_strided's family).
+  bool stride_dependent(const std::vector<at::Tensor>& inputs, const std::string& name,
+                        const Layout& layout) {
+    if (!jacobian_at_) return false;
+    std::vector<at::Tensor> point;
+    for (const auto& t : inputs) point.push_back(t.detach());
+    bool consistent = false;
+    try {
+      consistent = jacobian_at_(point);
+    } catch (const std::exception&) {
+      consistent = false;  // not shown consistent: the mismatch stands
+    }
+    if (consistent) {
+      r_.notes.push_back("layout variants: the outputs depend on the layout of '" + name + "' (" +
+                         layout.name +
+                         "), and its Jacobian check passes at that layout: a stride-dependent op "
+                         "(as as_strided), not compared with the given layout");
+    }
+    return consistent;
   }
 
   void grad_output_variant(std::size_t i, const Layout& layout) {
@@ -179,6 +206,7 @@ class LayoutCheck {
     return o < c_.output_names.size() ? c_.output_names[o] : "output " + std::to_string(o);
   }
 
+  const JacobianAt& jacobian_at_;
   const Function& f_;
   const Checked& c_;
   GradcheckResult& r_;
@@ -192,9 +220,10 @@ class LayoutCheck {
 }  // namespace
 
 void check_layout_variants(const Function& f, const Checked& c, std::uint64_t seed,
-                           double nondet_tol, GradcheckResult& result) {
+                           double nondet_tol, GradcheckResult& result,
+                           const JacobianAt& jacobian_at) {
   if (c.diff.empty()) return;
-  LayoutCheck(f, c, seed, nondet_tol, result).run();
+  LayoutCheck(f, c, seed, nondet_tol, result, jacobian_at).run();
 }
 
 }  // namespace customop::gradcheck::detail

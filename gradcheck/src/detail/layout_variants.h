@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace customop::gradcheck::detail {
@@ -32,7 +33,18 @@ namespace customop::gradcheck::detail {
 /// Check::kLayout failure naming the variant and the argument; an error raised only for the
 /// variant (a kernel that demands contiguous inputs) is a note, not a failure: it is loud, not
 /// wrong. Records the variants that ran in result.layout_variants.
+///
+/// An op whose result legitimately depends on its input's strides (as_strided and its
+/// family read the storage through strides they are given) changes its outputs under an input
+/// variant too. So where an input variant changes the outputs, `jacobian_at` (when given)
+/// runs the Jacobian check at the point with that input in that layout (its gaps zero): if
+/// the op's backward agrees with its own forward there, the op is stride-dependent and
+/// consistent, which is a note (its grads are not compared either); if not, the failure
+/// stands. A kernel that reads memory as if contiguous fails there too: finite differences
+/// move the logical elements, which such a kernel reads at other positions.
+using JacobianAt = std::function<bool(const std::vector<at::Tensor>& point)>;
 void check_layout_variants(const Function& f, const Checked& c, std::uint64_t seed,
-                           double nondet_tol, GradcheckResult& result);
+                           double nondet_tol, GradcheckResult& result,
+                           const JacobianAt& jacobian_at = {});
 
 }  // namespace customop::gradcheck::detail

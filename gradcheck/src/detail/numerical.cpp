@@ -135,6 +135,28 @@ at::Tensor Numerical::evaluate(std::size_t j, double h, int64_t k) {
   return concat(outs);
 }
 
+at::Tensor Numerical::evaluate_moved(const std::vector<at::Tensor>& d, double t) {
+  at::NoGradGuard no_grad;
+  TORCH_INTERNAL_ASSERT(d.size() == work_.size(), "evaluate_moved: ", d.size(), " directions for ",
+                        work_.size(), " inputs");
+  const auto restore = [&] {
+    for (std::size_t j = 0; j < work_.size(); ++j)
+      work_[j].copy_(values_[j].view(work_[j].sizes()));
+  };
+  for (std::size_t j = 0; j < work_.size(); ++j) {
+    work_[j].copy_((values_[j] + t * d[j]).view(work_[j].sizes()));
+  }
+  at::Tensor out;
+  try {
+    out = evaluate(0, t, -1);
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  return out;
+}
+
 namespace {
 
 /// acc += sign * t (t float64 CPU contiguous, of acc's length).
@@ -181,11 +203,12 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
     const double h = rule_.ridders
                          ? rule_.initial * std::max(1.0, std::abs(x)) / std::pow(rule_.shrink, l)
                          : rule_.eps;
+    // An infinite element does not move (inf + h is inf): no perturbation, numerical 0.
     elem.fill_(x + h);
-    dp = elem.item<double>() - x;
+    dp = std::isfinite(x) ? elem.item<double>() - x : 0.0;
     fp = evaluate(j, h, k);
     elem.fill_(x - h);
-    dm = x - elem.item<double>();
+    dm = std::isfinite(x) ? x - elem.item<double>() : 0.0;
     fm = evaluate(j, h, k);
     elem.fill_(x);
     add_level(s, l, fp, fm, h, dp + dm > 0 ? dp + dm : 2.0 * h,
@@ -225,6 +248,7 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
     add_to(applied, read(), -1.0);
     fm = evaluate(j, h, -1);
     t.copy_(x.view(sizes));
+    for (auto& a : applied) a = std::isfinite(a) ? a : 0.0;  // infinite elements do not move
     add_level(s, l, fp, fm, h, 2.0 * h,
               tabulate(n, [&](int64_t k) { return applied[k] / (2.0 * h); }));
   }

@@ -86,6 +86,17 @@ class Numerical {
   /// Unit roundoff of the dtype each row was evaluated in, float64 CPU [M].
   const at::Tensor& row_roundoff() const { return row_u_; }
   int64_t numel(std::size_t j) const { return work_[j].numel(); }
+  std::size_t inputs() const { return work_.size(); }
+  /// Input `j` at the point, float64 CPU [n_j], row-major.
+  const at::Tensor& values(std::size_t j) const { return values_[j]; }
+  /// The dtype input `j` is evaluated in (float64 for a reference evaluator).
+  c10::ScalarType evaluated_dtype(std::size_t j) const { return work_[j].scalar_type(); }
+  /// f's floating outputs at the point, flat float64 CPU [M].
+  const at::Tensor& base_flat() const { return base_flat_; }
+  /// f's floating outputs, flat float64 CPU [M], with every input j moved to x_j + t d_j
+  /// (`d`: one float64 CPU [n_j] per input; as rounded to the evaluated dtype); the point is
+  /// restored after. UnstableOutputs as sample_element's.
+  at::Tensor evaluate_moved(const std::vector<at::Tensor>& d, double t);
   c10::IntArrayRef sizes(std::size_t j) const { return work_[j].sizes(); }
   /// The perturbed input names, for stability messages.
   void set_input_names(std::vector<std::string> names) { input_names_ = std::move(names); }

@@ -31,7 +31,9 @@ std::string first_difference(const at::Tensor& got, const at::Tensor& want, doub
     const at::Tensor gd = g.to(at::kDouble);
     const at::Tensor wd = w.to(at::kDouble);
     const at::Tensor close = (gd - wd).abs() <= eps * wd.abs() + eps;
-    bad = at::logical_not(close.logical_or(gd.isnan().logical_and(wd.isnan())));
+    // Equal values (infinities of one sign included: inf - inf is NaN) and NaN where NaN.
+    bad =
+        at::logical_not(close.logical_or(gd == wd).logical_or(gd.isnan().logical_and(wd.isnan())));
   } else {
     bad = g.ne(w);
   }

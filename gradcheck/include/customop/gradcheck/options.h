@@ -288,6 +288,13 @@ struct GradcheckOptions {
   /// GradcheckResult::subset_counts: per subset one forward call and one VJP, plus one VJP;
   /// nothing with fewer than 2 differentiable inputs.
   InputSubsets input_subsets = InputSubsets::kEachAloneAndAllButOne;
+  /// float64 checks with estimated tolerances: once the Jacobian check passed, compare one
+  /// projection v^T J u per (output, input) pair with a Ridders-extrapolated directional
+  /// derivative (good to ~1e-12 of the Jacobian's scale), so a float64 backward that computes
+  /// in float32 (~1e-7 relative, inside the one-step bounds) fails. Cost, counted apart in
+  /// GradcheckResult::precision_counts: one VJP per output, 6 forward calls per input and 18
+  /// for the noise measurement (detail/backward_precision.h).
+  bool check_backward_precision = true;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
   /// Ridders: first step relative to max(1, |x|) (Ceres: 1e-2), shrink factor per level

@@ -180,6 +180,10 @@ struct GradcheckResult {
   /// but 'x'", and their cost, counted apart from `counts`.
   std::vector<std::string> input_subsets;
   OpCounts subset_counts;
+  /// The inputs the float64 precision probe ran on (GradcheckOptions::check_backward_precision)
+  /// and what it cost, apart from `counts`.
+  std::vector<std::string> precision_probes;
+  OpCounts precision_counts;
   /// float16/bfloat16 checks: "reference" (the op's declared reference in float64 is the
   /// precise run) or "no reference" (the op's own float64 run, finite-difference checked
   /// first: `pairs` are its Jacobians); "" for float32/float64 checks.

@@ -1,0 +1,174 @@
+#include "detail/backward_precision.h"
+
+#include "detail/compare.h"
+#include "detail/draws.h"
+#include "detail/noise_level.h"
+#include "detail/numerical.h"
+#include "detail/values.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace customop::gradcheck::detail {
+
+namespace {
+
+bool all_double(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) {
+    if (t.defined() && t.scalar_type() != at::kDouble) return false;
+  }
+  return true;
+}
+
+double dot(std::span<const double> a, std::span<const double> b) {
+  double s = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) s += a[k] * b[k];
+  return s;
+}
+
+double norm(std::span<const double> a) { return std::sqrt(dot(a, a)); }
+
+/// A unit vector of n entries, magnitudes uniform in [1, 2] before normalizing, with the signs
+/// of sum_i a_i / |a_i| (a random sign where that is 0): the analytical projections then add
+/// magnitudes, so an error proportional to the Jacobian (a float32 constant) moves each by
+/// its relative size, and an error of random sign (float32 rounding) is seen as in any
+/// direction.
+at::Tensor aligned_unit(int64_t n, const std::vector<at::Tensor>& a, at::Generator& gen) {
+  const at::Tensor m = uniform_cpu(n, gen, 1.0, 2.0);
+  const at::Tensor coin = uniform_cpu(n, gen);
+  const auto mv = values_of(m), cv = values_of(coin);
+  std::vector<double> toward(static_cast<std::size_t>(n), 0.0);
+  for (const auto& ai : a) {
+    const auto av = values_of(ai);
+    const double na = norm(av);
+    if (!(na > 0 && std::isfinite(na))) continue;
+    for (int64_t k = 0; k < n; ++k) toward[k] += av[k] / na;
+  }
+  const double nm = norm(mv);
+  return tabulate(n, [&](int64_t k) {
+    const bool negative = toward[k] != 0 ? toward[k] < 0 : cv[k] < 0.5;
+    return (negative ? -mv[k] : mv[k]) / nm;
+  });
+}
+
+}  // namespace
+
+void check_backward_precision(const Function& f, const Checked& c, const Tolerances& tol,
+                              std::uint64_t seed, double nondet_tol, GradcheckResult& r) {
+  if (!tol.estimated || !r.passed || c.diff.empty() || c.leaves.empty()) return;
+  std::vector<at::Tensor> ys;
+  for (auto o : c.diff) ys.push_back(c.outputs[o]);
+  if (!all_double(c.leaves) || !all_double(ys)) return;
+
+  at::Generator gen = cpu_generator(seed + 6);
+  // The analytical side: v_i^T J_ij for every pair, one VJP per output.
+  std::vector<at::Tensor> v;
+  std::vector<std::vector<at::Tensor>> a(ys.size());
+  try {
+    for (std::size_t i = 0; i < ys.size(); ++i) {
+      v.push_back(random_grad_output(ys[i], gen));
+      const auto g = vjp({ys[i]}, {v[i]}, c.leaves, r.precision_counts);
+      for (std::size_t j = 0; j < c.leaves.size(); ++j) {
+        a[i].push_back(g[j].defined() ? flat_double(g[j])
+                                      : at::zeros({c.leaves[j].numel()}, at::kDouble));
+      }
+    }
+  } catch (const std::exception&) {
+    return;  // the Jacobian check reports backward errors
+  }
+
+  std::vector<at::Tensor> base;
+  for (const auto& o : c.outputs) base.push_back(o.detach());
+  StepRule rule;
+  rule.ridders = true;
+  rule.initial = 1e-4;
+  rule.shrink = 2.0;
+  rule.levels = kProbeLevels;
+  try {
+    std::vector<at::Tensor> point;
+    for (const auto& l : c.leaves) point.push_back(clone_like(l));
+    Numerical num(f, point, /*reference=*/false, rule, base);
+    NoiseTable tables[kNoiseDirections];
+    for (auto& t : tables) t = sample_noise(num, gen);
+    const double u64 = unit_roundoff(at::kDouble);
+    for (std::size_t j = 0; j < c.leaves.size(); ++j) {
+      const int64_t n = num.numel(j);
+      if (n == 0) continue;
+      std::vector<at::Tensor> aj;
+      for (const auto& ai : a) aj.push_back(ai[j]);
+      const at::Tensor u = aligned_unit(n, aj, gen);
+      const auto uv = values_of(u);
+      const Sampled s = num.sample_direction(j, u);
+      const std::string in =
+          j < f.input_names.size() ? f.input_names[j] : "input " + std::to_string(j);
+      r.precision_probes.push_back(in);
+      for (std::size_t i = 0; i < ys.size(); ++i) {
+        const auto [r0, r1] = num.rows(c.diff[i]);
+        const at::Tensor v_flat = flat_double(v[i]);  // alive while vi points into it
+        const auto vi = values_of(v_flat);
+        const auto ai = values_of(a[i][j]);
+        const double analytical = dot(ai, uv);
+        std::vector<double> e;
+        bool finite = std::isfinite(analytical);
+        for (const auto& l : s.levels) {
+          const auto d = values_of(l.diff);
+          double nv = 0;
+          for (int64_t rr = r0; rr < r1; ++rr) nv += vi[rr - r0] * d[rr];
+          const double av = dot(ai, values_of(l.w));
+          finite = finite && std::isfinite(nv) && std::isfinite(av);
+          e.push_back(nv - av);
+        }
+        if (!finite) continue;
+        const auto right = values_of(s.right), left = values_of(s.left),
+                   noise_k = values_of(s.noise);
+        double spread = 0, scale = 0, noise = 0;
+        for (int64_t rr = r0; rr < r1; ++rr) {
+          const double w = std::abs(vi[rr - r0]);
+          spread += w * std::abs(right[rr] - left[rr]);
+          scale += w * std::max(std::abs(right[rr]), std::abs(left[rr]));
+          noise += w * noise_k[rr];
+        }
+        if (!std::isfinite(spread) || spread > 0.1 * scale) continue;  // a kink within the steps
+        double sigma = 0;
+        for (const auto& t : tables) sigma = std::max(sigma, projected_sigma(t, vi, r0, r1));
+        noise = std::max(noise, 2.0 * kNoiseDeviations * sigma / s.width);
+        const auto [err, err_estimate] = ridders_extrapolate(e, rule.shrink);
+        double u_l1 = 0;
+        for (const double x : uv) u_l1 += std::abs(x);
+        // The tableau amplifies the differences' rounding ~5x (compare.cpp).
+        const ProjectionBound bound =
+            projection_bound(analytical + err, err_estimate, 0.0, 5.0 * noise, norm(ai) * norm(uv),
+                             u64, nondet_tol * u_l1, /*extrapolated=*/true, tol);
+        if (std::abs(err) <= bound.tolerance) continue;
+        const std::string out = i < c.diff.size() && c.diff[i] < c.output_names.size()
+                                    ? c.output_names[c.diff[i]]
+                                    : "output " + std::to_string(c.diff[i]);
+        const double numerical = analytical + err;
+        add_failure(
+            r, Check::kJacobian, false, static_cast<int>(c.diff[i]), static_cast<int>(j),
+            "Jacobian mismatch for output " + std::to_string(c.diff[i]) + " ('" + out +
+                "') with respect to input " + std::to_string(j) + " ('" + in +
+                "'): the backward is less precise than float64",
+            "  v^T J u along a random direction: numerical " + sci(numerical) +
+                " (Ridders' extrapolation from steps 1e-4 * max(1, |x|), error estimate " +
+                sci(err_estimate) + "), analytical " + sci(analytical) + ", rel error " +
+                sci(std::abs(err) / std::max(std::abs(numerical), 1e-300)) + " (tolerance " +
+                sci(bound.tolerance) + " from error estimates and the measured noise, safety " +
+                std::to_string(static_cast<int>(kEstimateSafety)) +
+                ")\n"
+                "  every entry passed the one-step check (eps " +
+                short_sci(tol.eps) +
+                "), whose differences are good to ~eps |f''| only; an error near float32's "
+                "rounding (~1e-7 relative) in a float64 backward does this: a cast to float32 "
+                "inside it (.float(), a float32 constant, buffer or accumulator)");
+      }
+    }
+  } catch (const std::exception&) {
+    // Unstable or raising off the point: the Jacobian check has judged what can be judged.
+  }
+}
+
+}  // namespace customop::gradcheck::detail

@@ -1,0 +1,45 @@
+#pragma once
+// The precision probe: a float64 backward that computes in float32 (a cast inside it, a
+// float32 constant or accumulator) agrees with finite differences at eps 1e-6 to ~1e-7
+// relative, inside the Jacobian check's bounds, whose one-step differences are themselves good
+// to only ~eps |f''|. A directional derivative extrapolated by Ridders' method from steps
+// ~1e-4 is good to ~1e-12 of the Jacobian's scale in float64, and tells the two apart.
+// Internal to customop_gradcheck.
+
+#include "detail/checker.h"
+#include "detail/function.h"
+
+#include <customop/gradcheck/options.h>
+#include <customop/gradcheck/result.h>
+
+#include <cstdint>
+
+namespace customop::gradcheck::detail {
+
+/// Checks v_i^T J_ij u_j per (differentiable output i, input j) against finite differences
+/// extrapolated to step 0 (Ridders, kProbeLevels steps from 1e-4 * max(1, |x|) halving, along
+/// a random unit direction u_j whose signs follow the analytical sum_i v_i^T J_ij; v_i dense
+/// random in [-1, 1]).
+///
+/// The bound is that of a fast-mode projection (compare.h, projection_bound: safety 4 on
+/// Ridders' error estimate, on the differences' rounding amplified 5x by the tableau, and
+/// 16 u_float64 |v^T J| |u| for the backward's own rounding), where the differences' rounding is
+/// the larger of the modelled u |f| and the noise measured near the point (noise_level.h): an
+/// op whose forward is itself rounded coarsely widens its own bound, so only an error in the
+/// backward, beyond float64's rounding, fails. Directions along which f has a kink within the
+/// steps (one-sided differences 10 % apart) and non-finite values are skipped.
+///
+/// Runs only where the Jacobian check passed, on float64 inputs and outputs, with the
+/// estimated tolerances (not atol/rtol) and GradcheckOptions::check_backward_precision. Cost,
+/// counted apart in result.precision_counts: one VJP per differentiable output; 2 kProbeLevels
+/// forward calls per input, plus kNoiseDirections (kNoisePoints - 1) for the noise. A mismatch
+/// is a Check::kJacobian failure of the pair. Probed inputs are listed in
+/// result.precision_probes.
+void check_backward_precision(const Function& f, const Checked& c, const Tolerances& tol,
+                              std::uint64_t seed, double nondet_tol, GradcheckResult& result);
+
+/// Ridders levels of the probe (steps 1e-4, 5e-5, 2.5e-5 relative): the extrapolation's
+/// truncation is O(h^6), far below float64 rounding.
+inline constexpr int kProbeLevels = 3;
+
+}  // namespace customop::gradcheck::detail

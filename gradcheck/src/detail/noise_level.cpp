@@ -1,0 +1,124 @@
+#include "detail/noise_level.h"
+
+#include "detail/draws.h"
+#include "detail/values.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace customop::gradcheck::detail {
+
+namespace {
+
+/// The third difference of four consecutive values, or 0 when one of them is not finite.
+double third_difference(double a, double b, double c, double d) {
+  const double t = d - 3.0 * c + 3.0 * b - a;
+  return std::isfinite(t) ? t : 0.0;
+}
+
+/// sqrt(mean over windows of (Delta^3 g)^2 / 20) for g at the table's points.
+double sigma_of(std::span<const double> g) {
+  const std::size_t windows = g.size() >= 4 ? g.size() - 3 : 0;
+  if (windows == 0) return 0.0;
+  double sum = 0;
+  for (std::size_t i = 0; i < windows; ++i) {
+    const double t = third_difference(g[i], g[i + 1], g[i + 2], g[i + 3]);
+    sum += t * t;
+  }
+  return std::sqrt(sum / static_cast<double>(windows) / 20.0);
+}
+
+}  // namespace
+
+NoiseTable sample_noise(Numerical& num, at::Generator& gen) {
+  double u = 0;
+  std::vector<at::Tensor> d;
+  for (std::size_t j = 0; j < num.inputs(); ++j) {
+    u = std::max(u, unit_roundoff(num.evaluated_dtype(j)));
+    const auto x = values_of(num.values(j));
+    const at::Tensor coin = uniform_cpu(static_cast<int64_t>(x.size()), gen);
+    const auto heads = values_of(coin);
+    d.push_back(tabulate(static_cast<int64_t>(x.size()), [&](int64_t k) {
+      const double m = std::max(1.0, std::abs(x[k]));
+      return heads[k] < 0.5 ? -m : m;
+    }));
+  }
+  const double h = std::sqrt(u);
+  NoiseTable table;
+  table.evals.push_back(num.base_flat());
+  for (int i = 1; i < kNoisePoints; ++i) table.evals.push_back(num.evaluate_moved(d, i * h));
+  return table;
+}
+
+at::Tensor row_sigma(const NoiseTable& table) {
+  const int64_t rows = table.evals.empty() ? 0 : table.evals.front().numel();
+  std::vector<std::span<const double>> cols;
+  for (const auto& e : table.evals) cols.push_back(values_of(e));
+  std::vector<double> g(cols.size());
+  return tabulate(rows, [&](int64_t r) {
+    for (std::size_t i = 0; i < cols.size(); ++i) g[i] = cols[i][r];
+    return sigma_of(g);
+  });
+}
+
+double projected_sigma(const NoiseTable& table, std::span<const double> v, int64_t r0, int64_t r1) {
+  std::vector<double> g;
+  for (const auto& e : table.evals) {
+    const auto f = values_of(e);
+    double s = 0;
+    for (int64_t r = r0; r < r1; ++r) s += v[r - r0] * f[r];
+    g.push_back(s);
+  }
+  return sigma_of(g);
+}
+
+at::Tensor measured_noise(Numerical& num, at::Generator& gen) {
+  at::Tensor sigma;
+  for (int k = 0; k < kNoiseDirections; ++k) {
+    const at::Tensor s = row_sigma(sample_noise(num, gen));
+    sigma = sigma.defined() ? at::maximum(sigma, s) : s;
+  }
+  return sigma;
+}
+
+at::Tensor output_rounding_floor(const at::Tensor& base_flat, const at::Tensor& row_u,
+                                 const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  const auto f = values_of(base_flat), u = values_of(row_u);
+  std::vector<double> out(f.size(), 0.0);
+  for (const auto& [r0, r1] : ranges) {
+    double m = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      if (std::isfinite(f[r])) m = std::max(m, std::abs(f[r]));
+    }
+    for (int64_t r = r0; r < r1; ++r) out[r] = u[r] * m;
+  }
+  return tabulate(static_cast<int64_t>(out.size()), [&](int64_t r) { return out[r]; });
+}
+
+void widen_noise_to_measured(std::vector<NumericalBlock>& blocks, const at::Tensor& sigma,
+                             const at::Tensor& floor, const std::vector<at::Tensor>& widths) {
+  const auto s = values_of(sigma), fl = values_of(floor);
+  for (std::size_t j = 0; j < blocks.size(); ++j) {
+    NumericalBlock& b = blocks[j];
+    if (!b.noise.defined()) continue;
+    const auto width = values_of(widths[j]);
+    const int64_t rows = b.noise.size(0), n = b.noise.size(1);
+    double* noise = b.noise.mutable_data_ptr<double>();
+    const double* left = b.left.defined() ? b.left.const_data_ptr<double>() : nullptr;
+    const double* right = b.right.defined() ? b.right.const_data_ptr<double>() : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < n; ++k) {
+        if (!(width[k] > 0)) continue;
+        const int64_t e = r * n + k;
+        double& z = noise[e];
+        z = std::max(z, 2.0 * kNoiseDeviations * s[r] / width[k]);
+        const bool flat = left != nullptr && right != nullptr && left[e] == 0 && right[e] == 0;
+        if (flat) z = std::max(z, 2.0 * fl[r] / width[k]);
+      }
+    }
+  }
+}
+
+}  // namespace customop::gradcheck::detail

@@ -1,0 +1,153 @@
+// Sample points at a singularity (issue 34): reported as "not differentiable here", skipped
+// and moved, never a failure; a wrong derivative away from them still fails. Kinks are judged
+// where they are, by subgradients (detail/singular_points.h).
+
+#include <customop/gradcheck/gradcheck.h>
+#include <customop/gradcheck/report.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+
+namespace {
+
+namespace gc = customop::gradcheck;
+using ::testing::HasSubstr;
+
+gc::GradcheckOptions no_raise(gc::Mode mode) {
+  gc::GradcheckOptions o;
+  o.raise_exception = false;
+  o.mode = mode;
+  return o;
+}
+
+constexpr gc::Mode kModes[] = {gc::Mode::kSlow, gc::Mode::kFast};
+
+at::Tensor values(std::vector<double> v) { return at::tensor(v, at::kDouble).requires_grad_(true); }
+
+/// The notes that say "not differentiable here".
+std::vector<std::string> moved_notes(const gc::GradcheckResult& r) {
+  std::vector<std::string> out;
+  std::copy_if(r.notes.begin(), r.notes.end(), std::back_inserter(out),
+               [](const std::string& n) { return n.rfind("not differentiable here", 0) == 0; });
+  return out;
+}
+
+/// relu whose backward gives `at_zero` at x == 0 exactly and `scale` times the derivative
+/// elsewhere.
+struct Relu : torch::autograd::Function<Relu> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            double at_zero, double scale) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["at_zero"] = at_zero;
+    ctx->saved_data["scale"] = scale;
+    return x.clamp_min(0.0);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& g) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const double z = ctx->saved_data["at_zero"].toDouble();
+    const double s = ctx->saved_data["scale"].toDouble();
+    const at::Tensor d = at::where(x > 0, at::full_like(x, s),
+                                   at::where(x == 0, at::full_like(x, z), at::zeros_like(x)));
+    return {g[0] * d, at::Tensor(), at::Tensor()};
+  }
+};
+
+gc::BoxedFunction relu(double at_zero, double scale) {
+  gc::BoxedFunction fn;
+  fn.name = "relu_at_zero";
+  fn.arg_names = {"x"};
+  fn.return_names = {"y"};
+  fn.call = [at_zero, scale](torch::jit::Stack& s) {
+    s.back() = Relu::apply(s.back().toTensor(), at_zero, scale);
+  };
+  return fn;
+}
+
+/// log(x) whose backward is `scale` / x.
+struct Log : torch::autograd::Function<Log> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            double scale) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["scale"] = scale;
+    return at::log(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& g) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    return {g[0] * ctx->saved_data["scale"].toDouble() / x, at::Tensor()};
+  }
+};
+
+gc::BoxedFunction log_scaled(double scale) {
+  gc::BoxedFunction fn;
+  fn.name = "log_scaled";
+  fn.arg_names = {"x"};
+  fn.return_names = {"y"};
+  fn.call = [scale](torch::jit::Stack& s) { s.back() = Log::apply(s.back().toTensor(), scale); };
+  return fn;
+}
+
+// A kink exactly at a sample point: a value between the one-sided derivatives (a
+// subgradient) passes with a note; one outside them is a value no limit of f supports, a
+// failure where it is (the mutant corpus's relu_bad_subgradient), not moved.
+TEST(SingularPoints, AKinkIsJudgedWhereItIsBySubgradients) {
+  for (auto mode : kModes) {
+    const auto ok = gc::gradcheck(relu(0.5, 1.0), {values({0.0, 1.5, -2.0})}, no_raise(mode));
+    EXPECT_TRUE(ok.passed) << ok.message();
+    EXPECT_TRUE(moved_notes(ok).empty()) << ok.message();
+    const auto bad = gc::gradcheck(relu(5.0, 1.0), {values({0.0, 1.5, -2.0})}, no_raise(mode));
+    EXPECT_TRUE(bad.failed(gc::Check::kNotDifferentiable)) << bad.message();
+    EXPECT_TRUE(moved_notes(bad).empty()) << bad.message();
+  }
+  const auto slow =
+      gc::gradcheck(relu(0.5, 1.0), {values({0.0, 1.5, -2.0})}, no_raise(gc::Mode::kSlow));
+  EXPECT_TRUE(std::any_of(slow.notes.begin(), slow.notes.end(), [](const std::string& n) {
+    return n.find("lie at a kink within the step") != std::string::npos;
+  })) << slow.message();
+}
+
+// Singularities: f not finite within the step (log and sqrt at 0 up, asin at 1 down).
+TEST(SingularPoints, ASingularityAtTheSampleIsSkippedAndThePointMoved) {
+  auto& d = c10::Dispatcher::singleton();
+  struct Case {
+    const char* op;
+    std::vector<double> x;
+    const char* moved_to;
+  };
+  for (const Case& c : {Case{"aten::log", {0.0, 2.0}, "moved to 1.000000e-03"},
+                        Case{"aten::sqrt", {0.0, 2.0}, "moved to 1.000000e-03"},
+                        Case{"aten::asin", {1.0, 0.25}, "moved to 9.990000e-01"}}) {
+    const auto op = d.findSchemaOrThrow(c.op, "");
+    for (auto mode : kModes) {
+      const auto r = gc::gradcheck(op, {values(c.x)}, no_raise(mode));
+      EXPECT_TRUE(r.passed) << c.op << "\n" << r.message();
+      const auto notes = moved_notes(r);
+      ASSERT_EQ(notes.size(), 1u) << c.op << "\n" << r.message();
+      EXPECT_THAT(notes[0], HasSubstr("is at a singularity"));
+      EXPECT_THAT(notes[0], HasSubstr(c.moved_to));
+    }
+  }
+}
+
+// Never a pass that hides a wrong derivative elsewhere: a relu 1 % too steep with one element
+// on the kink, and a log whose derivative is 1 % too large with one at the singularity.
+TEST(SingularPoints, AWrongDerivativeAwayFromThePointStillFails) {
+  for (auto mode : kModes) {
+    const auto r1 = gc::gradcheck(relu(0.0, 1.01), {values({0.0, 1.5, -2.0})}, no_raise(mode));
+    EXPECT_TRUE(r1.failed(gc::Check::kJacobian)) << r1.message();
+    const auto r2 = gc::gradcheck(log_scaled(1.01), {values({0.0, 2.0})}, no_raise(mode));
+    EXPECT_TRUE(r2.failed(gc::Check::kJacobian)) << r2.message();
+    // Only the singular element: it is judged at the moved point.
+    const auto r3 = gc::gradcheck(log_scaled(1.01), {values({0.0})}, no_raise(mode));
+    EXPECT_TRUE(r3.failed(gc::Check::kJacobian)) << r3.message();
+    EXPECT_EQ(moved_notes(r3).size(), 1u) << r3.message();
+  }
+}
+
+}  // namespace
