@@ -144,9 +144,14 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
   rep.reference_error = max_abs(eref);
   rep.perturbation_error = max_abs(epert);
   rep.max_error = max_abs(e);
+  // The spacing of the dtype's subnormals: what a value below its normal range is resolved to.
+  const double underflow =
+      kLowPrecisionUnderflowFactor * (dtype == at::kHalf ? std::ldexp(1.0, -24)
+                                      : dtype == at::kBFloat16 ? std::ldexp(1.0, -133)
+                                                                : 0.0);
   rep.max_bound = std::max(kLowPrecisionReferenceFactor * rep.reference_error,
                            kLowPrecisionPerturbationFactor * rep.perturbation_error) +
-                  u * max_abs(p);
+                  u * max_abs(p) + underflow;
   const double n = std::max<double>(1.0, static_cast<double>(rep.elements));
   auto rms_valid = [&](const at::Tensor& t) {
     return std::sqrt(at::where(valid, t, zero).square().sum().item<double>() / n);
@@ -154,12 +159,22 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
   rep.rms_error = rms_valid(e);
   rep.rms_bound = std::max(kLowPrecisionReferenceFactor * rms_valid(eref),
                            kLowPrecisionPerturbationFactor * rms_valid(epert)) +
-                  u * rms_valid(p);
-  const double sum_p2 = p.square().sum().item<double>();
+                  u * rms_valid(p) + underflow;
+  // The bias is relative: elements below the dtype's normal range, whose rounding is
+  // absolute (to the subnormal spacing, or to 0), do not enter it.
+  const double smallest_normal = dtype == at::kHalf       ? std::ldexp(1.0, -14)
+                                 : dtype == at::kBFloat16 ? std::ldexp(1.0, -126)
+                                                          : 0.0;
+  const at::Tensor in_range = p.abs() >= smallest_normal;
+  const at::Tensor pn = at::where(in_range, p, zero);
+  const at::Tensor en = at::where(in_range, e, zero);
+  const int64_t biased_elements = (in_range & valid).sum().item<int64_t>();
+  const double sum_p2 = pn.square().sum().item<double>();
   if (sum_p2 > 0) {
-    rep.bias = (e * p).sum().item<double>() / sum_p2;
-    const double se = std::sqrt((e * p).square().sum().item<double>()) / sum_p2;
-    rep.bias_bound = kLowPrecisionBiasSigmas * se + u * kLowPrecisionBiasShare;
+    rep.bias = (en * pn).sum().item<double>() / sum_p2;
+    const double se = std::sqrt((en * pn).square().sum().item<double>()) / sum_p2;
+    rep.bias_bound =
+        kLowPrecisionBiasSigmas * se + u * (kLowPrecisionBiasShare + kLowPrecisionSharedRounding);
   }
   const at::Tensor flat_e = e.abs().flatten();
   if (bad.any().item<bool>()) {
@@ -182,7 +197,8 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
     rep.failed_rule = "max";
   } else if (rep.rms_error > rep.rms_bound) {
     rep.failed_rule = "rms";
-  } else if (std::abs(rep.bias) > rep.bias_bound && sum_p2 > 0) {
+  } else if (std::abs(rep.bias) > rep.bias_bound && sum_p2 > 0 &&
+             biased_elements >= kLowPrecisionBiasMinElements) {
     rep.failed_rule = "bias";
   }
   rep.passed = rep.failed_rule.empty();
