@@ -9,7 +9,8 @@ torch.ops.customop.<op> (libcustomop_ops.so loaded with torch.ops.load_library).
 
 Cost, best of --reps interleaved repetitions:
 - wall seconds of the checks: the CLI's run "seconds" (--json summary: all cases, on --jobs
-  = every core at once, samples built and checks run; the layout variants and the op checks
+  = every core at once, samples built and checks run; the float64 precision probe (torch has
+  none; its cost is counted apart in each report) off; the layout variants and the op checks
   (fake kernel, mutation audit, out=, in-place, transforms: --no-op-checks) off, as torch has
   none),
   the sum of the time around each torch.autograd.gradcheck call (one ATen thread on both
@@ -175,7 +176,8 @@ def run_cli(cli, spec, fast, workdir, jobs, layout, op_checks=False):
     cmd = [cli, "--samples", spec, "--device", "cpu", "--mode", "fast" if fast else "slow",
            "--json", out, "-q", "--jobs", str(jobs),
            # the input subsets off in every run (torch has none; their cost is counted, not timed)
-           "--input-subsets", "none"] + ([] if layout else ["--no-layout-variants"]) + \
+           "--input-subsets", "none", "--no-precision-probe"] + \
+        ([] if layout else ["--no-layout-variants"]) + \
         ([] if op_checks else ["--no-op-checks"])
     t0 = time.perf_counter()
     # One ATen thread, as torch.set_num_threads(1) on the Python side.

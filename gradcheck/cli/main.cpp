@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   double nondet_tol = 0.0;
   bool second_order = false;
   bool no_layout_variants = false;
+  bool no_precision_probe = false;
   bool no_mutation_audit = false;
   bool no_out_variant = false;
   bool no_inplace_variant = false;
@@ -174,6 +175,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-layout-variants", no_layout_variants,
                "Skip the layout variants (each input and grad_output also strided and "
                "transposed, compared with the given layout)");
+  app.add_flag("--no-precision-probe", no_precision_probe,
+               "Skip the float64 precision probe (one Ridders-extrapolated projection per "
+               "output and input, against a float64 backward that computes in float32)");
   app.add_flag("--no-mutation-audit", no_mutation_audit,
                "Skip the mutation audit (every argument's storage compared before and after "
                "one call against the schema's Tensor(a!) declarations)");
@@ -273,6 +277,7 @@ int main(int argc, char** argv) {
   run.check.nondet_tol = nondet_tol;
   run.check.check_second_order = second_order;
   run.check.check_layout_variants = !no_layout_variants;
+  run.check.check_backward_precision = !no_precision_probe;
   run.check.check_mutation = !no_mutation_audit && !no_op_checks;
   run.check.check_out_variant = !no_out_variant && !no_op_checks;
   run.check.check_inplace_variant = !no_inplace_variant && !no_op_checks;
