@@ -56,7 +56,8 @@ TEST(LowPrecisionRules, AProductThatUnderflowsIsNoFailure) {
   for (auto dtype : kLow) {
     const double scale = dtype == at::kBFloat16 ? 1e-28 : 3e-5;
     for (uint64_t seed = 0; seed < 3; ++seed) {
-      const torch::jit::Stack args{leaf({4, 8}, scale, dtype, seed), leaf({4, 8}, scale, dtype, seed + 7)};
+      const torch::jit::Stack args{leaf({4, 8}, scale, dtype, seed),
+                                   leaf({4, 8}, scale, dtype, seed + 7)};
       const auto r = gc::gradcheck(mul, args, no_raise(seed));
       EXPECT_TRUE(r.passed) << c10::toString(dtype) << " seed " << seed << "\n" << r.message();
     }
@@ -77,9 +78,8 @@ TEST(LowPrecisionRules, ASubnormalLossIsNoFailure) {
 // one rounding every element shares is not a bias of the kernel. A 1 % error in every
 // element still is.
 TEST(LowPrecisionRules, ARoundedConstantIsNoBiasButOnePercentIs) {
-  const auto shifted = boxed("x_times_0_plus_pi", 1, [](const auto& xs) {
-    return xs[0] * 0.25 + M_PI;
-  });
+  const auto shifted =
+      boxed("x_times_0_plus_pi", 1, [](const auto& xs) { return xs[0] * 0.25 + M_PI; });
   const auto scaled = boxed("x_times_1_01", 1, [](const auto& xs) {
     // values of 2 x, derivative 1 % too large
     const at::Tensor y = xs[0] * 2.0;
@@ -93,7 +93,8 @@ TEST(LowPrecisionRules, ARoundedConstantIsNoBiasButOnePercentIs) {
       const torch::jit::Stack args2{leaf({16, 16}, 1.0, dtype, seed)};
       const auto bad = gc::gradcheck(scaled, args2, no_raise(seed));
       EXPECT_TRUE(bad.failed(gc::Check::kLowPrecision) || bad.failed(gc::Check::kJacobian))
-          << c10::toString(dtype) << " seed " << seed << "\n" << bad.message();
+          << c10::toString(dtype) << " seed " << seed << "\n"
+          << bad.message();
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,7 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
       const int64_t n = num.numel(j);
       if (n == 0) continue;
       std::vector<at::Tensor> aj;
+      aj.reserve(a.size());
       for (const auto& ai : a) aj.push_back(ai[j]);
       const at::Tensor u = aligned_unit(n, aj, gen);
       const auto uv = values_of(u);
@@ -147,23 +149,23 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
                                     ? c.output_names[c.diff[i]]
                                     : "output " + std::to_string(c.diff[i]);
         const double numerical = analytical + err;
-        add_failure(
-            r, Check::kJacobian, false, static_cast<int>(c.diff[i]), static_cast<int>(j),
-            "Jacobian mismatch for output " + std::to_string(c.diff[i]) + " ('" + out +
-                "') with respect to input " + std::to_string(j) + " ('" + in +
-                "'): the backward is less precise than float64",
-            "  v^T J u along a random direction: numerical " + sci(numerical) +
-                " (Ridders' extrapolation from steps 1e-4 * max(1, |x|), error estimate " +
-                sci(err_estimate) + "), analytical " + sci(analytical) + ", rel error " +
-                sci(std::abs(err) / std::max(std::abs(numerical), 1e-300)) + " (tolerance " +
-                sci(bound.tolerance) + " from error estimates and the measured noise, safety " +
-                std::to_string(static_cast<int>(kEstimateSafety)) +
-                ")\n"
-                "  every entry passed the one-step check (eps " +
-                short_sci(tol.eps) +
-                "), whose differences are good to ~eps |f''| only; an error near float32's "
-                "rounding (~1e-7 relative) in a float64 backward does this: a cast to float32 "
-                "inside it (.float(), a float32 constant, buffer or accumulator)");
+        std::ostringstream headline;
+        headline << "Jacobian mismatch for output " << c.diff[i] << " ('" << out
+                 << "') with respect to input " << j << " ('" << in
+                 << "'): the backward is less precise than float64";
+        std::ostringstream detail;
+        detail << "  v^T J u along a random direction: numerical " << sci(numerical)
+               << " (Ridders' extrapolation from steps 1e-4 * max(1, |x|), error estimate "
+               << sci(err_estimate) << "), analytical " << sci(analytical) << ", rel error "
+               << sci(std::abs(err) / std::max(std::abs(numerical), 1e-300)) << " (tolerance "
+               << sci(bound.tolerance) << " from error estimates and the measured noise, safety "
+               << kEstimateSafety << ")\n"
+               << "  every entry passed the one-step check (eps " << short_sci(tol.eps)
+               << "), whose differences are good to ~eps |f''| only; an error near float32's "
+                  "rounding (~1e-7 relative) in a float64 backward does this: a cast to float32 "
+                  "inside it (.float(), a float32 constant, buffer or accumulator)";
+        add_failure(r, Check::kJacobian, false, static_cast<int>(c.diff[i]), static_cast<int>(j),
+                    headline.str(), detail.str());
       }
     }
   } catch (const std::exception&) {

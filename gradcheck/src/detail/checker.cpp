@@ -278,14 +278,18 @@ class Checker {
     std::vector<NumericalBlock> blocks;
     std::vector<at::Tensor> widths(num_inputs_);
     for (std::size_t j = 0; j < num_inputs_; ++j) blocks.push_back(numerical_block(j, &widths[j]));
-    if (tol_.estimated) {
-      widen_noise_for_sums(blocks, point_, widths, num_->row_roundoff());
-      if (any_pair_fails(blocks, ana)) widen_to_measured_noise(blocks, widths);
+    if (tol_.estimated) widen_noise_for_sums(blocks, point_, widths, num_->row_roundoff());
+    std::vector<BlockCompare> compared = compare_all(blocks, ana);
+    const bool any_failed = std::any_of(compared.begin(), compared.end(),
+                                        [](const BlockCompare& bc) { return !bc.pair.passed; });
+    if (tol_.estimated && any_failed) {
+      widen_to_measured_noise(blocks, widths);
+      compared = compare_all(blocks, ana);
     }
     for (std::size_t j = 0; j < num_inputs_; ++j) {
       const NumericalBlock& nb = blocks[j];
       for (std::size_t i = 0; i < num_outputs_; ++i) {
-        BlockCompare bc = compare_pair(nb, ana[i][j], i, j);
+        BlockCompare& bc = compared[j * num_outputs_ + i];
         if (keep(bc.pair)) {
           const auto [r0, r1] = num_->rows(c_.diff[i]);
           bc.pair.numerical = nb.value.slice(0, r0, r1).clone();
@@ -519,15 +523,15 @@ class Checker {
     return b;
   }
 
-  /// True when some (output, input) pair of the slow-mode blocks fails as they stand.
-  bool any_pair_fails(const std::vector<NumericalBlock>& blocks,
-                      const std::vector<std::vector<at::Tensor>>& ana) const {
+  /// Every (output, input) pair of the slow-mode blocks compared, input-major.
+  std::vector<BlockCompare> compare_all(const std::vector<NumericalBlock>& blocks,
+                                        const std::vector<std::vector<at::Tensor>>& ana) const {
+    std::vector<BlockCompare> out;
     for (std::size_t j = 0; j < num_inputs_; ++j) {
-      for (std::size_t i = 0; i < num_outputs_; ++i) {
-        if (!compare_pair(blocks[j], ana[i][j], i, j).pair.passed) return true;
-      }
+      for (std::size_t i = 0; i < num_outputs_; ++i)
+        out.push_back(compare_pair(blocks[j], ana[i][j], i, j));
     }
-    return false;
+    return out;
   }
 
   /// Widens the blocks' rounding estimates to the noise measured near the point

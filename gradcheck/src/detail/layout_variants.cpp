@@ -131,6 +131,7 @@ class LayoutCheck {
                         const Layout& layout) {
     if (!jacobian_at_) return false;
     std::vector<at::Tensor> point;
+    point.reserve(inputs.size());
     for (const auto& t : inputs) point.push_back(t.detach());
     bool consistent = false;
     try {

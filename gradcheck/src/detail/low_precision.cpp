@@ -146,9 +146,9 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
   rep.max_error = max_abs(e);
   // The spacing of the dtype's subnormals: what a value below its normal range is resolved to.
   const double underflow =
-      kLowPrecisionUnderflowFactor * (dtype == at::kHalf ? std::ldexp(1.0, -24)
+      kLowPrecisionUnderflowFactor * (dtype == at::kHalf       ? std::ldexp(1.0, -24)
                                       : dtype == at::kBFloat16 ? std::ldexp(1.0, -133)
-                                                                : 0.0);
+                                                               : 0.0);
   rep.max_bound = std::max(kLowPrecisionReferenceFactor * rep.reference_error,
                            kLowPrecisionPerturbationFactor * rep.perturbation_error) +
                   u * max_abs(p) + underflow;

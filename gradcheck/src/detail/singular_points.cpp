@@ -82,6 +82,7 @@ void move_off_singular_points(const Function& f, const std::vector<at::Tensor>& 
   o.raise_exception = false;
   o.check_second_order = false;
   std::vector<at::Tensor> moved;
+  moved.reserve(point.size());
   for (const auto& p : point) moved.push_back(clone_like(p));
   std::vector<std::string> notes;
   GradcheckResult last;
