@@ -106,15 +106,17 @@ class LayoutCheck {
     for (std::size_t o = 0; o < c_.outputs.size() && o < outs.size(); ++o) {
       const std::string d = differs(outs[o], c_.outputs[o], rs_);
       if (d.empty()) continue;
-      if (stride_dependent(inputs, name, layout)) return;
+      const std::optional<bool> consistent = stride_dependent(inputs, name, layout);
+      if (consistent.value_or(false)) return;
       fail(j, -1,
            "forward output " + std::to_string(o) + " ('" + out_name(o) + "') differs with " + what,
            "  output " + std::to_string(o) + " " + d +
                "\n  a kernel that reads this input's memory as if it were contiguous (data_ptr() "
                "without the strides) does this; call .contiguous() or index with the strides" +
-               (jacobian_at_ ? "\n  (its Jacobian at this layout disagrees with its forward too: "
-                               "not an op whose result depends on strides by definition)"
-                             : ""));
+               (consistent.has_value()
+                    ? "\n  (its Jacobian at this layout disagrees with its forward too: not an "
+                      "op whose result depends on strides by definition)"
+                    : ""));
       return;
     }
     std::vector<at::Tensor> ys;
@@ -125,11 +127,12 @@ class LayoutCheck {
     compare_grads(vjp_or_fail(ys, gs_, inputs, j, -1, what), j, -1, what);
   }
 
-  /// True (with a note) when the op's Jacobian check passes at `inputs`: its outputs depend
-  /// on the input's layout, and its backward follows (as_strided's family).
-  bool stride_dependent(const std::vector<at::Tensor>& inputs, const std::string& name,
-                        const Layout& layout) {
-    if (!jacobian_at_) return false;
+  /// Whether the op's Jacobian check passes at `inputs` (with a note when it does: its
+  /// outputs depend on the input's layout, and its backward follows, as as_strided's family);
+  /// nullopt when there is no such check or it could not run (it raised).
+  std::optional<bool> stride_dependent(const std::vector<at::Tensor>& inputs,
+                                       const std::string& name, const Layout& layout) {
+    if (!jacobian_at_) return std::nullopt;
     std::vector<at::Tensor> point;
     point.reserve(inputs.size());
     for (const auto& t : inputs) point.push_back(t.detach());
@@ -137,7 +140,7 @@ class LayoutCheck {
     try {
       consistent = jacobian_at_(point);
     } catch (const std::exception&) {
-      consistent = false;  // not shown consistent: the mismatch stands
+      return std::nullopt;  // not shown consistent: the mismatch stands, nothing more claimed
     }
     if (consistent) {
       r_.notes.push_back("layout variants: the outputs depend on the layout of '" + name + "' (" +

@@ -27,7 +27,8 @@ double sigma_of(std::span<const double> g) {
     const double t = third_difference(g[i], g[i + 1], g[i + 2], g[i + 3]);
     sum += t * t;
   }
-  return std::sqrt(sum / static_cast<double>(windows) / 20.0);
+  const double sigma = std::sqrt(sum / static_cast<double>(windows) / 20.0);
+  return std::isfinite(sigma) ? sigma : 0.0;  // an overflowing square widens nothing
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ inline constexpr int kNoisePoints = 7;
 
 /// Evaluates the table (kNoisePoints - 1 forward calls; f(x) is the base): d_k = s_k max(1,
 /// |x_k|) with random signs s_k from `gen`, h = sqrt(u) of the least precise evaluated dtype
-/// (1.5e-8 in float64). At that step a smooth function's third differences (~h^3 f''')
+/// (1.05e-8 in float64). At that step a smooth function's third differences (~h^3 f''')
 /// vanish below its rounding, so what they show is noise (Moré and Wild, "Estimating
 /// computational noise", SIAM J. Sci. Comput. 33(3), 2011, the ECnoise method). All points lie
 /// on one side of x: a kink exactly at x does not enter. Throws UnstableOutputs as
@@ -41,13 +41,14 @@ NoiseTable sample_noise(Numerical& num, at::Generator& gen);
 /// The standard deviation sigma of each output element's rounding noise, float64 CPU [M]:
 /// for independent errors of deviation sigma a third difference has variance
 /// (1 + 9 + 9 + 1) sigma^2, so sigma = sqrt(mean over the table's windows of (Delta^3 f)^2 /
-/// 20). Non-finite differences count as 0 (they fail on their own).
+/// 20). Non-finite differences count as 0 (they fail on their own), and so does a deviation
+/// whose square overflows.
 at::Tensor row_sigma(const NoiseTable& table);
 
 /// The same for the projection sum_r v_r f_r over rows [r0, r1) (`v` of r1 - r0 elements).
 double projected_sigma(const NoiseTable& table, std::span<const double> v, int64_t r0, int64_t r1);
 
-/// Directions measure_noise takes the largest deviation over: along one direction the
+/// Directions measured_noise takes the largest deviation over: along one direction the
 /// points' rounding can fall into a pattern (equal steps of a binary fraction) that hides an
 /// output's noise: log_softmax's largest entry showed 3.5e-20 along 1 of 8 random directions,
 /// ~7e-17 along the others.

@@ -26,6 +26,9 @@ namespace customop::gradcheck::detail {
 /// Kinks are judged where they are (compare.h): an analytical value between the one-sided
 /// derivatives passes with a note, one outside them (relu's backward giving 5 at 0: no limit of
 /// f supports it) is a Check::kNotDifferentiable failure and is not moved.
+/// The passes after the first order (layout variants, input subsets, the precision probe,
+/// second order) still run at the given point: they compare values (equal infinities are
+/// equal) or skip non-finite pairs (the probe); the opt-in second order can fail there again.
 /// The checks on the same grads (reentrancy, grad_output scaling, undefined grads: a
 /// non-finite grad fails them too) are decided by the rerun as well. Nothing moves when any
 /// other check failed, or the rule is atol/rtol. The reruns' op evaluations are added to
