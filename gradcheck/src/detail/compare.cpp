@@ -1,6 +1,7 @@
 #include "detail/compare.h"
 
 #include "detail/function.h"
+#include "detail/numerical.h"
 
 #include <ATen/ATen.h>
 
@@ -33,15 +34,14 @@ namespace {
 /// smallest of its steps, where it is largest (the extrapolated value leans on larger ones).
 double noise_weight(bool extrapolated) { return extrapolated ? 1.0 : 16.0; }
 
-/// The spacing of the subnormals of the dtype whose unit roundoff is `u` (2^-149 for float32,
-/// 2^-1074 for float64, 2^-24 for float16, 2^-133 for bfloat16): a backward whose exact value
-/// lies below the normal range (a float32 product of 125 factors ~0.4, exactly ~1e-54) is
-/// resolved to that, and may be 0.
-double subnormal_spacing(double u) {
-  if (u == std::ldexp(1.0, -24)) return std::ldexp(1.0, -149);
-  if (u == std::ldexp(1.0, -11)) return std::ldexp(1.0, -24);
-  if (u == std::ldexp(1.0, -8)) return std::ldexp(1.0, -133);
-  return std::ldexp(1.0, -1074);
+/// The subnormal spacing (numerical.h) of the dtype whose unit roundoff is `u`: a backward
+/// whose exact value lies below the normal range (a float32 product of 125 factors ~0.4,
+/// exactly ~1e-54) is resolved to that, and may be 0.
+double subnormal_spacing_of(double u) {
+  for (const auto dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    if (u == unit_roundoff(dtype)) return subnormal_spacing(dtype);
+  }
+  return subnormal_spacing(at::kDouble);
 }
 
 /// max(t), NaN counted as +inf; 0 for an empty t.
@@ -81,7 +81,8 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, doub
     const double amplification = nb.extrapolated ? 5.0 : 1.0;
     const at::Tensor rest =
         S * (nb.error + amplification * pooled + noise_weight(nb.extrapolated) * noise);
-    rounding = S * 16 * u_ana * (ana.abs() + block_max) + nondet_tol + S * subnormal_spacing(u_ana);
+    rounding =
+        S * 16 * u_ana * (ana.abs() + block_max) + nondet_tol + S * subnormal_spacing_of(u_ana);
     kink = jump > 0.1 * scale + rest + rounding;
     const at::Tensor smooth = nb.extrapolated ? at::zeros_like(half) : half;
     if (detect_nd && sides) {
@@ -158,7 +159,7 @@ ProjectionBound projection_bound(double numerical, double extrapolation_error, d
   if (tol.estimated) {
     constexpr double S = kEstimateSafety;
     b.estimate = half_spread + S * (extrapolation_error + noise_weight(extrapolated) * noise);
-    b.rounding = S * 16 * u_ana * ana_scale + nondet_slack + S * subnormal_spacing(u_ana);
+    b.rounding = S * 16 * u_ana * ana_scale + nondet_slack + S * subnormal_spacing_of(u_ana);
   } else {
     b.estimate = tol.atol + tol.rtol * std::abs(numerical) + extrapolation_error;
   }

@@ -145,10 +145,7 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
   rep.perturbation_error = max_abs(epert);
   rep.max_error = max_abs(e);
   // The spacing of the dtype's subnormals: what a value below its normal range is resolved to.
-  const double underflow =
-      kLowPrecisionUnderflowFactor * (dtype == at::kHalf       ? std::ldexp(1.0, -24)
-                                      : dtype == at::kBFloat16 ? std::ldexp(1.0, -133)
-                                                               : 0.0);
+  const double underflow = kLowPrecisionUnderflowFactor * subnormal_spacing(dtype);
   rep.max_bound = std::max(kLowPrecisionReferenceFactor * rep.reference_error,
                            kLowPrecisionPerturbationFactor * rep.perturbation_error) +
                   u * max_abs(p) + underflow;
@@ -162,10 +159,7 @@ LowPrecisionReport judge(const at::Tensor& low, const at::Tensor& precise,
                   u * rms_valid(p) + underflow;
   // The bias is relative: elements below the dtype's normal range, whose rounding is
   // absolute (to the subnormal spacing, or to 0), do not enter it.
-  const double smallest_normal = dtype == at::kHalf       ? std::ldexp(1.0, -14)
-                                 : dtype == at::kBFloat16 ? std::ldexp(1.0, -126)
-                                                          : 0.0;
-  const at::Tensor in_range = p.abs() >= smallest_normal;
+  const at::Tensor in_range = p.abs() >= smallest_normal(dtype);
   const at::Tensor pn = at::where(in_range, p, zero);
   const at::Tensor en = at::where(in_range, e, zero);
   const int64_t biased_elements = (in_range & valid).sum().item<int64_t>();

@@ -20,6 +20,24 @@ double unit_roundoff(c10::ScalarType dtype) {
   }
 }
 
+double subnormal_spacing(c10::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return std::ldexp(1.0, -149);
+    case at::kHalf: return std::ldexp(1.0, -24);
+    case at::kBFloat16: return std::ldexp(1.0, -133);
+    default: return std::ldexp(1.0, -1074);
+  }
+}
+
+double smallest_normal(c10::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+    case at::kBFloat16: return std::ldexp(1.0, -126);
+    case at::kHalf: return std::ldexp(1.0, -14);
+    default: return std::ldexp(1.0, -1022);
+  }
+}
+
 Estimate ridders_extrapolate(const std::vector<at::Tensor>& samples, double shrink) {
   TORCH_INTERNAL_ASSERT(!samples.empty());
   if (samples.size() == 1) return {samples[0], at::zeros_like(samples[0])};

@@ -49,6 +49,11 @@ struct Sampled {
 /// Unit roundoff (half the machine epsilon) of a floating dtype: 2^-53 for float64, 2^-24 for
 /// float32, 2^-11 for float16, 2^-8 for bfloat16.
 double unit_roundoff(c10::ScalarType dtype);
+/// Spacing of a floating dtype's subnormals (its smallest positive value): 2^-1074 for
+/// float64, 2^-149 for float32, 2^-24 for float16, 2^-133 for bfloat16.
+double subnormal_spacing(c10::ScalarType dtype);
+/// Smallest positive normal value: 2^-1022, 2^-126, 2^-14 (float16), 2^-126 (bfloat16).
+double smallest_normal(c10::ScalarType dtype);
 
 /// Extrapolated estimate and its error estimate (0 for a single level), elementwise.
 struct Estimate {
