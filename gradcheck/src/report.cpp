@@ -94,7 +94,9 @@ nlohmann::json result_json(const GradcheckResult& r) {
                    {"bias", number(c.bias)},
                    {"bias_bound", number(c.bias_bound)},
                    {"reference_error", number(c.reference_error)},
-                   {"perturbation_error", number(c.perturbation_error)}});
+                   {"perturbation_error", number(c.perturbation_error)},
+                   {"baseline", c.baseline},
+                   {"saved_rounding_error", number(c.saved_rounding_error)}});
   }
   nlohmann::json args = nlohmann::json::array();
   for (const auto& a : r.arguments) {
@@ -185,7 +187,9 @@ std::string format_report(const GradcheckResult& r) {
     for (const auto& c : r.low_precision) {
       os << "    " << pad(c.what, 28) << pad(g3(c.max_error) + "/" + g3(c.max_bound), 22)
          << pad(g3(c.rms_error) + "/" + g3(c.rms_bound), 22) << g3(c.bias) + "/" + g3(c.bias_bound)
-         << (c.passed ? "" : "  FAILED (" + c.failed_rule + ")") << "\n";
+         << (c.passed ? "" : "  FAILED (" + c.failed_rule + ")")
+         << (c.baseline == "precise" ? "" : "  (against the run with saved tensors rounded)")
+         << "\n";
     }
   }
   if (r.failures.size() > 1) {

@@ -18,6 +18,7 @@
 // the formula opaquely (compiled_args / apply_with_saved below).
 
 #include <customop/op_core.h>
+#include <customop/saved_rounding.h>
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -385,8 +386,10 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
   node.saved.reserve(to_save.size());
   node.saved_is_output.reserve(to_save.size());
   for (const auto& t : to_save) {
-    const bool is_output = t.defined() && t.grad_fn().get() == node_ptr.get();
-    node.saved.emplace_back(t, is_output);
+    // SavedRounding (a low-precision gradcheck's model run): a rounded copy, no output.
+    const at::Tensor kept = round_if_saved_rounding(t);
+    const bool is_output = kept.defined() && kept.grad_fn().get() == node_ptr.get();
+    node.saved.emplace_back(kept, is_output);
     node.saved_is_output.push_back(is_output);
   }
 }

@@ -11,6 +11,7 @@ import threading
 
 import torch
 
+from . import _saved_rounding
 from ._torch_check import load_library
 
 _LIBRARY = pathlib.Path(__file__).resolve().parent / "lib" / "libcustomop_gradcheck_ops.so"
@@ -22,6 +23,7 @@ def ensure_loaded() -> None:
     global _loaded
     if not _loaded:
         load_library(_LIBRARY)
+        _saved_rounding.register()
         _loaded = True
 
 

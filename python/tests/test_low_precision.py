@@ -90,3 +90,64 @@ def test_dtype_and_reference_are_checked():
         gc.check(softplus, [(leaf(3),)], dtype=torch.bfloat16, reference="aten::nonexistent_op")
     with pytest.raises(ValueError, match="does not take the arguments and returns"):
         gc.check(softplus, [(leaf(3),)], dtype=torch.bfloat16, reference="aten::softplus")
+
+
+# A logsumexp that keeps its output in the 16-bit dtype and reads it back in backward, as ATen's
+# does: correct, though bfloat16's rounding of an output ~100 (0.5) moves exp(x - y) by 28 %.
+# The no-reference rule judges it against its float64 run with the saved tensors rounded
+# (Python's saved tensors reach that run through torch.autograd.graph.saved_tensors_hooks).
+LSE_FACTOR = {"low": 1.0}
+
+
+@torch.library.custom_op("customop_lp_test::lse", mutates_args=())
+def lse(x: torch.Tensor) -> torch.Tensor:
+    low = x.dtype in (torch.bfloat16, torch.float16)
+    return torch.logsumexp(x.float() if low else x, -1).to(x.dtype)
+
+
+@lse.register_fake
+def _(x):
+    return x.new_empty(x.shape[:-1])
+
+
+def _lse_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], output)
+
+
+def _lse_backward(ctx, g):
+    x, y = ctx.saved_tensors
+    low = x.dtype in (torch.bfloat16, torch.float16)
+    t = torch.float32 if low else x.dtype
+    grad = g.to(t).unsqueeze(-1) * torch.exp(x.to(t) - y.to(t).unsqueeze(-1))
+    return (grad * LSE_FACTOR["low"] if low else grad).to(x.dtype)
+
+
+lse.register_autograd(_lse_backward, setup_context=_lse_setup)
+
+
+def test_a_saved_rounded_output_passes_and_a_wrong_backward_is_caught():
+    big = [((leaf(16, 256, seed=s) * 30).detach().requires_grad_(True),) for s in range(4)]
+    baselines = []
+    for dtype in (torch.bfloat16, torch.float16):
+        for seed, sample in enumerate(big):
+            (r,) = gc.check(lse, [sample], dtype=dtype, seed=seed)
+            assert r["passed"], gc.format_failure(r)
+            (grad,) = [c for c in r["low_precision"] if c["what"] == "grad of 'x'"]
+            assert grad["saved_rounding_error"] > 0  # exactly 0 when nothing was rounded
+            baselines.append(grad["baseline"])
+    # Where the precise run alone rejected the grad (a false alarm before), the saved-rounded
+    # run accepted it.
+    assert "saved rounded" in baselines, baselines
+    # The drop-in on ATen's own logsumexp, whose saved output is rounded the same way.
+    x = (leaf(16, 256, seed=1) * 30).to(torch.bfloat16).detach().requires_grad_(True)
+    assert gc.gradcheck(lambda t: torch.logsumexp(t, -1), (x,))
+    LSE_FACTOR["low"] = 1.01
+    try:
+        small = [((leaf(16, 256, seed=s) * 10).detach().requires_grad_(True),) for s in range(3)]
+        reports = gc.check(lse, small, dtype=torch.float16)
+    finally:
+        LSE_FACTOR["low"] = 1.0
+    for r in reports:
+        assert not r["passed"]
+        (failure,) = [f for f in r["failures"] if f["check"] == "low_precision"]
+        assert "against the float64 run with its saved tensors rounded" in failure["detail"]

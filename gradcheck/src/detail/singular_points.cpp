@@ -35,9 +35,23 @@ bool rerun_decides(Check c) {
   }
 }
 
+/// True when the numerical Jacobian of `p` (kept for a failing pair) holds a non-finite entry
+/// in the column of the input element at `index` of an input of shape `sizes`: f is not finite
+/// within the step there.
+bool column_not_finite(const PairReport& p, const std::vector<int64_t>& index,
+                       at::IntArrayRef sizes) {
+  if (!p.numerical.defined() || p.numerical.dim() != 2 || index.size() != sizes.size()) {
+    return false;
+  }
+  int64_t col = 0;  // row-major, as the Jacobian's columns run over the input's elements
+  for (std::size_t d = 0; d < sizes.size(); ++d) col = col * sizes[d] + index[d];
+  if (col < 0 || col >= p.numerical.size(1)) return false;
+  return !at::isfinite(p.numerical.select(1, col)).all().item<bool>();
+}
+
 /// The blamed element when every failure is first-order and at a non-differentiable point;
 /// nullopt otherwise.
-std::optional<Blamed> blame(const GradcheckResult& r) {
+std::optional<Blamed> blame(const GradcheckResult& r, const std::vector<at::Tensor>& point) {
   if (r.passed || r.failures.empty()) return std::nullopt;
   std::optional<Blamed> out;
   for (const auto& f : r.failures) {
@@ -56,6 +70,14 @@ std::optional<Blamed> blame(const GradcheckResult& r) {
     if (!std::isfinite(pair->worst.numerical)) {
       reason = "a singularity: f is not finite within the step (numerical " +
                sci(pair->worst.numerical) + ", analytical " + sci(pair->worst.analytical) + ")";
+    } else if (!std::isfinite(pair->worst.analytical) &&
+               static_cast<std::size_t>(pair->input) < point.size() &&
+               column_not_finite(*pair, pair->worst.input_index,
+                                 point[static_cast<std::size_t>(pair->input)].sizes())) {
+      // The grad is infinite there (asin at 1), and a one-hot cotangent elsewhere gives
+      // 0 * inf = nan in the same column: the worst entry is such a nan.
+      reason = "a singularity: f is not finite within the step, nor is its grad there (" +
+               sci(pair->worst.analytical) + ")";
     } else {
       return std::nullopt;  // a mismatch where f is smooth: a failure
     }
@@ -76,7 +98,7 @@ at::Tensor element(const at::Tensor& t, const std::vector<int64_t>& index) {
 void move_off_singular_points(const Function& f, const std::vector<at::Tensor>& point,
                               const GradcheckOptions& options, GradcheckResult& result) {
   if (!result.tolerances.estimated) return;
-  std::optional<Blamed> b = blame(result);
+  std::optional<Blamed> b = blame(result, point);
   if (!b) return;
   GradcheckOptions o = options;
   o.raise_exception = false;
@@ -109,7 +131,7 @@ void move_off_singular_points(const Function& f, const std::vector<at::Tensor>& 
       }
       result.counts.forward_calls += scratch.counts.forward_calls;
       result.counts.vjp_calls += scratch.counts.vjp_calls;
-      const std::optional<Blamed> again = blame(scratch);
+      const std::optional<Blamed> again = blame(scratch, moved);
       const bool same = again && again->input == b->input && again->index == b->index;
       if (!same) {
         settled = std::move(scratch);
@@ -125,7 +147,7 @@ void move_off_singular_points(const Function& f, const std::vector<at::Tensor>& 
     notes.push_back(note.str());
     last = std::move(*settled);
     ran = true;
-    b = blame(last);
+    b = blame(last, moved);
   }
   if (!ran) return;
   // The Jacobian verdict of the last point replaces the first point's.

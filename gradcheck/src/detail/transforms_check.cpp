@@ -199,16 +199,22 @@ class Transforms {
           rev += g.mul(t).sum().item<double>();
           scale += g.abs().mul(t.abs()).sum().item<double>();
         }
-        // (fwd == rev: infinities of one sign at a singular sample agree.)
-        if (!(fwd == rev || std::abs(fwd - rev) <= rtol() * scale + 1e-300)) {
+        // (fwd == rev: infinities of one sign at a singular sample agree; NaN on both sides,
+        // a singular element where J holds 0 * inf, judges nothing.)
+        if (std::isnan(fwd) && std::isnan(rev)) {
+          notes.emplace_back(
+              "jvp: not judged at this sample: u . (J t) and (J^T u) . t are both NaN (a "
+              "singular element)");
+        } else if (!(fwd == rev || std::abs(fwd - rev) <= rtol() * scale + 1e-300)) {
           std::ostringstream what;
           what << std::setprecision(10) << "u . (J t) = " << fwd
                << " along the JVP but (J^T u) . t = " << rev << " along the VJP (tolerance "
                << std::setprecision(3) << rtol() * scale
                << "): the JVP (op.impl_jvp) disagrees with the backward";
           return Mismatch{step, what.str()};
+        } else {
+          ran.push_back(step);
         }
-        ran.push_back(step);
       }
 
       if (!op_.hasKernelForDispatchKey(c10::DispatchKey::FuncTorchBatched)) {

@@ -136,9 +136,17 @@ struct LowPrecisionReport {
   double max_bound = 0;              ///< what max_error may reach
   double rms_error = 0;              ///< root-mean-square of low - precise
   double rms_bound = 0;              ///< what rms_error may reach
-  double bias = 0;                ///< s = sum(e p) / sum(p^2): the error's systematic relative part
-  double bias_bound = 0;          ///< what |bias| may reach
-  double reference_error = 0;     ///< max |reference in the low dtype - precise|; 0 without one
+  double bias = 0;             ///< s = sum(e p) / sum(p^2): the error's systematic relative part
+  double bias_bound = 0;       ///< what |bias| may reach
+  double reference_error = 0;  ///< max |reference in the low dtype - precise|; 0 without one
+  /// What the low run was judged against: "precise" (the precise run), or "saved rounded"
+  /// (no-reference rule: the float64 run with its saved tensors rounded to the dtype, which a
+  /// kernel that keeps what it saves for backward in the dtype matches; judged there when the
+  /// precise run rejects the tensor).
+  std::string baseline = "precise";
+  /// No-reference rule: max |saved-rounded run - precise run| (what rounding the saved tensors
+  /// moves the tensor by); 0 with a reference.
+  double saved_rounding_error = 0;
   double perturbation_error = 0;  ///< max response of the precise run to one rounding of its
                                   ///< inputs and cotangent
   /// |low - precise| per element, float64 CPU, the tensor's shape (+inf where the kernel alone
