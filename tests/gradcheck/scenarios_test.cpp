@@ -28,6 +28,7 @@ namespace {
 namespace gc = customop::gradcheck;
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---- test-local ops ------------------------------------------------------------------------
 
@@ -400,20 +401,36 @@ TEST(Checks, WrongGradShapeIsABackwardError) {
   EXPECT_THAT(r.message(), HasSubstr("the grad for 'w' has shape [3] but 'w' has shape [2]"));
 }
 
-// Slow mode refuses a Jacobian above max_jacobian_entries up front, naming the sizes; fast
-// mode checks the same input.
-TEST(Checks, SlowModeRefusesAJacobianAboveTheLimit) {
+// Slow mode above max_jacobian_entries judges the sample in fast mode, with a note naming the
+// sizes; a wrong backward is still a failure there, compared entry by entry where the pair
+// fits and on the projection alone where it does not (refusing is not a verdict).
+TEST(Checks, SlowModeAboveTheLimitIsJudgedInFastMode) {
   const auto& op = corpus_op("cube");
   auto o = no_raise();
   o.max_jacobian_entries = 15;  // 4 input elements x 4 output elements = 16 entries
-  const auto msg = customop::testing::error_message<c10::ValueError>([&] {
-    gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o);
-  });
-  EXPECT_THAT(msg, HasSubstr("slow mode would build Jacobians of 4 input elements x 4 output "
-                             "elements = 16 entries"));
-  EXPECT_THAT(msg, HasSubstr("use fast mode"));
+  const auto r = gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o);
+  EXPECT_TRUE(r.passed) << r.message();
+  EXPECT_THAT(r.message(), HasSubstr("slow mode would build Jacobians of 4 input elements x 4 "
+                                     "output elements = 16 entries, above max_jacobian_entries "
+                                     "= 15: judged in fast mode instead"));
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_TRUE(r.pairs[0].projected);
   o.max_jacobian_entries = 16;
-  EXPECT_TRUE(gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o).passed);
+  const auto slow = gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o);
+  EXPECT_FALSE(slow.pairs.at(0).projected);
+  EXPECT_THAT(slow.message(), Not(HasSubstr("judged in fast mode instead")));
+
+  const auto& bad = corpus_op("cube_sign_flip");
+  const auto rb = gc::gradcheck(bad, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o = no_raise());
+  ASSERT_TRUE(rb.failed(gc::Check::kJacobian));
+  o.max_jacobian_entries = 15;
+  const auto rf = gc::gradcheck(bad, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o);
+  EXPECT_TRUE(rf.failed(gc::Check::kJacobian)) << rf.message();
+  EXPECT_THAT(rf.message(), HasSubstr("fast mode: v^T J u numerical"));
+  EXPECT_THAT(rf.message(),
+              HasSubstr("not compared entry by entry: the pair's Jacobian (4 input "
+                        "elements x 4 output elements) is above "
+                        "max_jacobian_entries = 15; the projection's verdict stands"));
   o.max_jacobian_entries = 1;
   o.mode = gc::Mode::kFast;
   EXPECT_TRUE(gc::gradcheck(op, stack_of({leaf({1.0, -2.0, 3.0, 0.5})}), o).passed);

@@ -2,6 +2,7 @@
 
 #include "detail/compare.h"
 #include "detail/draws.h"
+#include "detail/jacobian_size.h"
 #include "detail/noise_level.h"
 #include "detail/numerical.h"
 #include "detail/sum_rounding.h"
@@ -94,10 +95,11 @@ class Checker {
     for (auto o : c_.diff) diff_outputs_.push_back(c_.outputs[o]);
     num_outputs_ = diff_outputs_.size();
     try {
-      if (opt_.mode == Mode::kSlow) {
-        check_jacobian_size();
+      const JacobianSize size = jacobian_size(c_.leaves, diff_outputs_);
+      if (opt_.mode == Mode::kSlow && size.fits(opt_)) {
         check_jacobians_slow();
       } else {
+        if (opt_.mode == Mode::kSlow) result_.notes.push_back(prefix() + size.fast_mode_note(opt_));
         check_jacobians_fast();
       }
     } catch (const UnstableOutputs& e) {
@@ -245,20 +247,6 @@ class Checker {
     } catch (const UnstableOutputs& e) {
       fail_unstable(e);
     }
-  }
-
-  /// Refuses (c10::ValueError) slow-mode Jacobians above options.max_jacobian_entries.
-  void check_jacobian_size() const {
-    std::int64_t in_elems = 0, out_elems = 0;
-    for (const auto& l : c_.leaves) in_elems += l.numel();
-    for (const auto& y : diff_outputs_) out_elems += y.numel();
-    const double entries = static_cast<double>(in_elems) * static_cast<double>(out_elems);
-    TORCH_CHECK_VALUE(entries <= static_cast<double>(opt_.max_jacobian_entries),
-                      "slow mode would build Jacobians of ", in_elems, " input elements x ",
-                      out_elems, " output elements = ", entries, " entries (", in_elems,
-                      " forward pairs, ", out_elems,
-                      " VJPs), above max_jacobian_entries = ", opt_.max_jacobian_entries,
-                      "; use fast mode (Mode::kFast, --mode fast) or smaller sample inputs");
   }
 
   /// Slow mode: full Jacobians per (output, input) pair, entry by entry; reentrancy on one
@@ -659,6 +647,17 @@ class Checker {
   /// the fast-mode figures in the report.
   void recheck_slow(std::size_t j, const std::vector<std::size_t>& failing,
                     std::vector<PairReport>& fast_pairs) {
+    const JacobianSize pair = jacobian_size({c_.leaves[j]}, diff_outputs_);
+    if (!pair.fits(opt_)) {
+      for (auto i : failing) {
+        fail(Check::kJacobian, static_cast<int>(i), static_cast<int>(j),
+             "Jacobian mismatch for output " + std::to_string(i) + " with respect to " +
+                 in_label(j) + " in fast mode",
+             fast_mode_figures(fast_pairs[i], tol_.estimated, opt_.seed) + "\n" +
+                 recheck_skipped(pair.input_elements, pair.output_elements, opt_));
+      }
+      return;
+    }
     at::Tensor widths;
     std::vector<NumericalBlock> one{numerical_block(j, &widths)};
     if (tol_.estimated) {
@@ -676,20 +675,13 @@ class Checker {
         backward_error(e, "computing the analytical Jacobian for the report");
         return;
       }
-      const auto& fp = fast_pairs[i];
-      std::ostringstream fd;
-      fd << "  fast mode: v^T J u numerical " << sci(fp.worst.numerical);
-      if (tol_.estimated) fd << " (error estimate " << sci(fp.worst.error_estimate) << ")";
-      fd << ", analytical " << sci(fp.worst.analytical);
-      if (tol_.estimated) fd << " (rounding bound " << sci(fp.worst.rounding_bound) << ")";
-      fd << ", abs error " << sci(fp.worst.abs_error) << " (tolerance " << sci(fp.worst.tolerance)
-         << ", seed " << opt_.seed << ")";
+      const std::string fd = fast_mode_figures(fast_pairs[i], tol_.estimated, opt_.seed);
       BlockCompare bc = compare_pair(nb, rows[j], i, j);
       note_kinks(bc.pair);
       const auto [r0, r1] = num_->rows(c_.diff[i]);
       bc.pair.numerical = nb.value.slice(0, r0, r1).clone();
       bc.pair.analytical = rows[j];
-      report_pair(bc, i, j, fd.str());
+      report_pair(bc, i, j, fd);
       PairReport merged = std::move(bc.pair);
       merged.projected = false;
       fast_pairs[i] = std::move(merged);

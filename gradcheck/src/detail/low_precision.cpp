@@ -274,6 +274,10 @@ bool check_float64_run(const BoxedFunction& fn, const torch::jit::Stack& args,
   const torch::jit::Stack args64 = substitute(args, slots, leaves, /*to_double=*/true);
   GradcheckOptions o = options;
   o.raise_exception = false;
+  // The probe judges a float64 backward to float32's precision, far below what the 16-bit
+  // comparison needs; and rounding to the low dtype makes ties (sort, cummax, topk) whose
+  // kinks its extrapolation from a 1e-4 step cannot cross.
+  o.check_backward_precision = false;
   const GradcheckResult r64 = gradcheck(fn, args64, o);
   r.pairs = r64.pairs;
   r.second_order_pairs = r64.second_order_pairs;

@@ -324,9 +324,11 @@ struct GradcheckOptions {
   bool keep_jacobians = false;
   /// Slow mode builds Jacobians of (elements of the differentiable inputs) x (elements of the
   /// differentiable outputs) entries, with one forward pair per input element and one VJP per
-  /// output element; above this many entries it refuses (c10::ValueError, naming the sizes)
-  /// instead of exhausting memory. 2^24 entries = 128 MiB per float64 Jacobian. Fast mode
-  /// has no such limit.
+  /// output element; above this many entries the sample is judged in fast mode instead (a
+  /// note names the sizes), rather than exhausting memory. A failing fast-mode pair is
+  /// compared entry by entry only when its own Jacobian (that input's elements x all output
+  /// elements) fits; otherwise the projection's verdict stands. 2^24 entries = 128 MiB per
+  /// float64 Jacobian.
   std::int64_t max_jacobian_entries = std::int64_t{1} << 24;
   /// Shown in reports: which sample this is (e.g. "transposed [5, 6]").
   std::string label;
