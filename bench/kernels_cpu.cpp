@@ -28,9 +28,11 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <thread>
@@ -44,6 +46,33 @@ namespace ops = customop::ops;
 constexpr int64_t kD = 1024;  // row length of the row-wise ops (4 KiB of float32)
 constexpr int64_t kSizes[] = {int64_t{4} << 10, int64_t{1} << 20, int64_t{16} << 20,
                               int64_t{256} << 20};  // bytes of the input tensor
+
+/// The sizes to register: kSizes, or CUSTOMOP_BENCH_SIZES="4096,65536,..." (bytes, multiples
+/// of 4 KiB: whole rows of kD float32; bench/scaling.py sweeps 4 KiB .. 256 MiB with it).
+std::vector<int64_t> sizes() {
+  const char* env = std::getenv("CUSTOMOP_BENCH_SIZES");
+  if (env == nullptr || *env == '\0') return {std::begin(kSizes), std::end(kSizes)};
+  std::vector<int64_t> out;
+  std::string item;
+  for (const char* c = env;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      const int64_t v = std::strtoll(item.c_str(), nullptr, 10);
+      if (v <= 0 || v % (kD * 4) != 0) {
+        std::fprintf(
+            stderr,
+            "kernels_cpu: CUSTOMOP_BENCH_SIZES: '%s' is not a positive multiple of %lld bytes\n",
+            item.c_str(), static_cast<long long>(kD * 4));
+        std::exit(2);
+      }
+      out.push_back(v);
+      item.clear();
+      if (*c == '\0') break;
+    } else {
+      item += *c;
+    }
+  }
+  return out;
+}
 constexpr double kEps = 1e-6;
 constexpr double kMin = -0.5, kMax = 0.5;      // clamp_count bounds: ~60% of U(-2, 2) clamped
 const std::vector<double> kWeights{0.5, 2.0};  // weighted_sum: K = 2 inputs
@@ -332,7 +361,7 @@ void apply_sizes(benchmark::internal::Benchmark* b) {
       ->MinTime(0.1);
   // Size-major order: copy_ and every op at one size run back to back, so the yardstick and
   // the ops see the same machine load.
-  for (const int64_t size : kSizes) {
+  for (const int64_t size : sizes()) {
     for (const auto& [name, kind] :
          {std::pair{"copy/copy_", Copy::kCopy}, std::pair{"copy/memcpy", Copy::kMemcpy},
           std::pair{"copy/clone", Copy::kClone}}) {

@@ -3,6 +3,7 @@
 
 #include <customop/gradcheck/gradcheck.h>
 #include <customop/gradcheck/report.h>
+#include <customop/saved_rounding.h>
 
 #include "detail/backward_precision.h"
 #include "detail/checker.h"
@@ -245,6 +246,9 @@ void summarize_arguments(GradcheckResult& r) {
 GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args,
                           const GradcheckOptions& options) {
   TORCH_CHECK_VALUE(static_cast<bool>(fn.call), fn.name, ": gradcheck needs a callable");
+  // A check nested in a function under a low-precision check's saved-rounded run runs at full
+  // precision (the Python side pauses its hooks likewise: customop/_saved_rounding.py).
+  const SavedRoundingPause full_precision;
   const auto slots = detail::find_slots(args, fn.arg_names);
   validate(fn, args, slots);
 

@@ -32,6 +32,10 @@ SavedRounding::SavedRounding(c10::ScalarType dtype) : previous_(current) {
 
 SavedRounding::~SavedRounding() { current = previous_; }
 
+SavedRoundingPause::SavedRoundingPause() : previous_(current) { current.reset(); }
+
+SavedRoundingPause::~SavedRoundingPause() { current = previous_; }
+
 std::optional<c10::ScalarType> saved_rounding() { return current; }
 
 at::Tensor round_if_saved_rounding(const at::Tensor& t) {

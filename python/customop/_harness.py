@@ -70,7 +70,8 @@ def run(name: str, args: list, options: dict, names: list[str] | None = None) ->
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"customop.gradcheck: option {key}={value} must be finite")
     take_recorded()
-    with torch.enable_grad():  # as torch.autograd.gradcheck needs; also under an outer no_grad
+    # enable_grad: as torch.autograd.gradcheck needs; also under an outer no_grad.
+    with torch.enable_grad(), _saved_rounding.nested_check():
         text = torch.ops.customop_gradcheck.check(name, tensors, json.dumps(encoded),
                                                   json.dumps(options))
     report = json.loads(text)

@@ -19,13 +19,29 @@ _state = threading.local()
 _lib: torch.library.Library | None = None
 
 
-def _pack(dtype: torch.dtype):
+def _depth() -> int:
+    return getattr(_state, "depth", 0)
+
+
+class nested_check:
+    """Around one check from Python (customop._harness.run): a check nested in a function under
+    an outer check's saved-rounded run runs at full precision (the outer hooks round only at
+    their own depth)."""
+
+    def __enter__(self):
+        _state.depth = _depth() + 1
+
+    def __exit__(self, *exc):
+        _state.depth = _depth() - 1
+
+
+def _pack(dtype: torch.dtype, depth: int):
     eps = torch.finfo(dtype).eps
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         # Only dtypes finer than the target (float64, float32) are rounded; what is coarser,
-        # integral or complex is saved as it is.
-        if t.is_floating_point() and torch.finfo(t.dtype).eps < eps:
+        # integral or complex is saved as it is; nothing in a nested check.
+        if _depth() == depth and t.is_floating_point() and torch.finfo(t.dtype).eps < eps:
             return t.detach().to(dtype).to(t.dtype)
         return t
 
@@ -36,16 +52,34 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _leave(pack) -> None:
+    """Pops this harness's own hooks: hooks the checked function pushed above them and left
+    installed are popped, then pushed back in order (never ours popped for theirs)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    pop = torch._C._autograd._pop_saved_tensors_default_hooks
+    if top is None:  # an older torch: the top is ours unless the function leaked one
+        pop()
+        return
+    foreign = []
+    while (entry := top(True)) is not None:
+        pop()
+        if entry[0] is pack:
+            break
+        foreign.append(entry)
+    for p, u in reversed(foreign):
+        torch._C._autograd._push_saved_tensors_default_hooks(p, u)
+
+
 def _saved_rounding_hooks(dtype: str) -> None:
     stack = getattr(_state, "stack", None)
     if stack is None:
         stack = _state.stack = []
     if dtype:
-        hooks = torch.autograd.graph.saved_tensors_hooks(_pack(_DTYPES[dtype]), _unpack)
-        hooks.__enter__()
-        stack.append(hooks)
+        pack = _pack(_DTYPES[dtype], _depth())
+        torch._C._autograd._push_saved_tensors_default_hooks(pack, _unpack)
+        stack.append(pack)
     elif stack:
-        stack.pop().__exit__(None, None, None)
+        _leave(stack.pop())
 
 
 def register() -> None:

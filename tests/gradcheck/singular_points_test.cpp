@@ -172,3 +172,33 @@ TEST(SingularPoints, ASingularElementAnywhereInTheInputIsMoved) {
     }
   }
 }
+
+// Singular elements feeding a reduction (every output depends on them: a NaN there makes the
+// error estimates of its row NaN, and healthy entries look worst), and an output that is
+// itself not finite (log1p at -1: its row is NaN in every column): the element is found by
+// its column, moved, and the check passes; the same functions with a wrong factor still fail.
+TEST(SingularPoints, ReductionsAndNonFiniteOutputsAreMovedToo) {
+  auto sum_of = [](double factor) {
+    gc::BoxedFunction fn;
+    fn.name = "asin_sum";
+    fn.arg_names = {"x"};
+    fn.return_names = {"y"};
+    fn.call = [factor](torch::jit::Stack& s) {
+      const at::Tensor x = s.back().toTensor();
+      // The wrong factor only in the backward: a custom scale of the grad.
+      s.back() = (at::asin(x) * factor + (at::asin(x) * (1 - factor)).detach()).sum() * 2;
+    };
+    return fn;
+  };
+  const auto log1p = c10::Dispatcher::singleton().findSchemaOrThrow("aten::log1p", "");
+  for (auto mode : kModes) {
+    const auto r = gc::gradcheck(sum_of(1.0), {values({0.25, 0.5, 1.0, -0.3})}, no_raise(mode));
+    EXPECT_TRUE(r.passed) << r.message();
+    EXPECT_EQ(moved_notes(r).size(), 1u) << r.message();
+    const auto bad = gc::gradcheck(sum_of(1.02), {values({0.25, 0.5, 1.0, -0.3})}, no_raise(mode));
+    EXPECT_TRUE(bad.failed(gc::Check::kJacobian)) << bad.message();
+    const auto l = gc::gradcheck(log1p, {values({0.1, -1.0, 0.5, -1.0, 0.3})}, no_raise(mode));
+    EXPECT_TRUE(l.passed) << l.message();
+    EXPECT_EQ(moved_notes(l).size(), 2u) << l.message();
+  }
+}

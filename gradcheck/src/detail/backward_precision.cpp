@@ -99,21 +99,31 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
     for (std::size_t j = 0; j < c.leaves.size(); ++j) {
       const int64_t n = num.numel(j);
       if (n == 0) continue;
-      // Kinks the Jacobian check met within its step (ties of sort, cummax, topk): the
-      // projection crosses them within the probe's far larger steps, and its extrapolation
-      // means nothing there.
-      const bool kinked = std::any_of(r.pairs.begin(), r.pairs.end(), [&](const PairReport& p) {
-        return p.input == static_cast<int>(j) && p.kink_entries > 0;
-      });
-      if (kinked) {
-        r.notes.push_back("precision probe: not run for input " + std::to_string(j) +
-                          ": the Jacobian check met kinks within its step there");
-        continue;
-      }
       std::vector<at::Tensor> aj;
       aj.reserve(a.size());
       for (const auto& ai : a) aj.push_back(ai[j]);
-      const at::Tensor u = aligned_unit(n, aj, gen);
+      at::Tensor u = aligned_unit(n, aj, gen);
+      // Elements at kinks the Jacobian check met within its step (ties of sort, cummax, topk,
+      // |x| at 0): the probe's far larger steps cross them and its extrapolation means nothing
+      // there; they are left out of its direction, the rest is probed.
+      at::Tensor kinked;
+      for (const auto& p : r.pairs) {
+        if (p.input != static_cast<int>(j) || !p.kink_inputs.defined()) continue;
+        kinked = kinked.defined() ? kinked | p.kink_inputs : p.kink_inputs;
+      }
+      if (kinked.defined()) {
+        u = at::where(kinked, at::zeros_like(u), u);
+        const double norm_u = u.norm().item<double>();
+        if (norm_u == 0) {
+          r.notes.push_back("precision probe: not run for input " + std::to_string(j) +
+                            ": every element is at a kink the Jacobian check met");
+          continue;
+        }
+        u = u / norm_u;
+        r.notes.push_back("precision probe: input " + std::to_string(j) + ": " +
+                          std::to_string(kinked.sum().item<int64_t>()) +
+                          " element(s) at kinks the Jacobian check met left out of its direction");
+      }
       const auto uv = values_of(u);
       const Sampled s = num.sample_direction(j, u);
       const std::string in =

@@ -111,6 +111,7 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, doub
   p.nondifferentiable_entries = nd.sum().item<int64_t>();
   p.kink_entries =
       detect_nd && sides && tol.estimated ? (kink & bad.logical_not()).sum().item<int64_t>() : 0;
+  if (p.kink_entries > 0) p.kink_inputs = (kink & bad.logical_not()).any(0).cpu();
   if (tol.estimated && num.size(1) > 0) {
     const at::Tensor row_scale = std::get<0>(num.abs().max(1, /*keepdim=*/true));
     p.loose_entries = (estimate > 0.01 * row_scale).sum().item<int64_t>();

@@ -2,6 +2,7 @@
 
 #include "detail/checker.h"
 #include "detail/compare.h"
+#include "detail/function.h"
 
 #include <ATen/ATen.h>
 
@@ -35,18 +36,49 @@ bool rerun_decides(Check c) {
   }
 }
 
-/// True when the numerical Jacobian of `p` (kept for a failing pair) holds a non-finite entry
-/// in the column of the input element at `index` of an input of shape `sizes`: f is not finite
-/// within the step there.
-bool column_not_finite(const PairReport& p, const std::vector<int64_t>& index,
-                       at::IntArrayRef sizes) {
-  if (!p.numerical.defined() || p.numerical.dim() != 2 || index.size() != sizes.size()) {
-    return false;
+/// The column of the numerical Jacobian of `p` (kept for a failing pair) where f is not
+/// finite within the step, and that entry: the first whose analytical column is not finite
+/// either (the grad is infinite there: asin at 1, log1p at -1), else the first with a
+/// non-finite numerical entry; nullopt when every numerical entry is finite. (An output that
+/// is itself not finite, log1p(-1), makes its row NaN in every column: the analytical side
+/// tells which column is the element's.)
+std::optional<std::pair<int64_t, double>> singular_column(const PairReport& p) {
+  if (!p.numerical.defined() || p.numerical.dim() != 2 || p.numerical.numel() == 0) {
+    return std::nullopt;
   }
+  const at::Tensor bad = at::isfinite(p.numerical).logical_not();
+  at::Tensor cols = bad.any(0);
+  if (!cols.any().item<bool>()) return std::nullopt;
+  if (p.analytical.defined() && p.analytical.sizes() == p.numerical.sizes()) {
+    const at::Tensor both = cols & at::isfinite(p.analytical).logical_not().any(0);
+    if (both.any().item<bool>()) cols = both;
+  }
+  const int64_t col = cols.nonzero()[0][0].item<int64_t>();
+  const int64_t row = bad.select(1, col).nonzero()[0][0].item<int64_t>();
+  return std::pair{col, p.numerical[row][col].item<double>()};
+}
+
+/// True when a failing pair of the blamed input in `r` holds non-finite numerical and
+/// analytical entries in the blamed element's column: still at the singularity.
+bool column_not_finite(const GradcheckResult& r, const Blamed& b,
+                       const std::vector<at::Tensor>& point) {
+  const auto j = static_cast<std::size_t>(b.input);
+  if (j >= point.size()) return false;
   int64_t col = 0;  // row-major, as the Jacobian's columns run over the input's elements
-  for (std::size_t d = 0; d < sizes.size(); ++d) col = col * sizes[d] + index[d];
-  if (col < 0 || col >= p.numerical.size(1)) return false;
-  return !at::isfinite(p.numerical.select(1, col)).all().item<bool>();
+  const auto sizes = point[j].sizes();
+  for (std::size_t d = 0; d < sizes.size() && d < b.index.size(); ++d) {
+    col = col * sizes[d] + b.index[d];
+  }
+  for (const auto& p : r.pairs) {
+    if (p.passed || p.input != b.input || !p.numerical.defined() || p.numerical.dim() != 2 ||
+        col >= p.numerical.size(1)) {
+      continue;
+    }
+    const bool grad_finite = !p.analytical.defined() || p.analytical.dim() != 2 ||
+                             at::isfinite(p.analytical.select(1, col)).all().item<bool>();
+    if (!grad_finite && !at::isfinite(p.numerical.select(1, col)).all().item<bool>()) return true;
+  }
+  return false;
 }
 
 /// The blamed element when every failure is first-order and at a non-differentiable point;
@@ -62,26 +94,20 @@ std::optional<Blamed> blame(const GradcheckResult& r, const std::vector<at::Tens
       if (!p.passed && p.output == f.output && p.input == f.input) pair = &p;
     }
     if (pair == nullptr || pair->projected) return std::nullopt;
-    std::string reason;
     // A kink whose analytical value lies outside the one-sided derivatives (relu's backward
     // giving 5 at 0) is a value no limit of f supports: that failure stands (the mutant
     // corpus's relu_bad_subgradient), and one inside them passed already.
     if (f.check == Check::kNotDifferentiable) return std::nullopt;
-    if (!std::isfinite(pair->worst.numerical)) {
-      reason = "a singularity: f is not finite within the step (numerical " +
-               sci(pair->worst.numerical) + ", analytical " + sci(pair->worst.analytical) + ")";
-    } else if (!std::isfinite(pair->worst.analytical) &&
-               static_cast<std::size_t>(pair->input) < point.size() &&
-               column_not_finite(*pair, pair->worst.input_index,
-                                 point[static_cast<std::size_t>(pair->input)].sizes())) {
-      // The grad is infinite there (asin at 1), and a one-hot cotangent elsewhere gives
-      // 0 * inf = nan in the same column: the worst entry is such a nan.
-      reason = "a singularity: f is not finite within the step, nor is its grad there (" +
-               sci(pair->worst.analytical) + ")";
-    } else {
-      return std::nullopt;  // a mismatch where f is smooth: a failure
-    }
-    if (!out) out = Blamed{pair->input, pair->worst.input_index, reason};
+    // The column where f is not finite within the step (not the worst entry: a NaN there
+    // makes the error estimates of its whole row NaN, and a reduction's healthy entries then
+    // look worst).
+    const auto column = singular_column(*pair);
+    const auto j = static_cast<std::size_t>(pair->input);
+    if (!column || j >= point.size()) return std::nullopt;  // f is smooth here: a failure
+    const std::vector<int64_t> index = unravel(column->first, point[j].sizes());
+    const std::string reason =
+        "a singularity: f is not finite within the step (numerical " + sci(column->second) + ")";
+    if (!out) out = Blamed{pair->input, index, reason};
   }
   return out;
 }
@@ -131,8 +157,9 @@ void move_off_singular_points(const Function& f, const std::vector<at::Tensor>& 
       }
       result.counts.forward_calls += scratch.counts.forward_calls;
       result.counts.vjp_calls += scratch.counts.vjp_calls;
-      const std::optional<Blamed> again = blame(scratch, moved);
-      const bool same = again && again->input == b->input && again->index == b->index;
+      // Still singular when f is not finite within the step of the moved element (asin
+      // moved above 1): try the other side.
+      const bool same = !scratch.passed && column_not_finite(scratch, *b, moved);
       if (!same) {
         settled = std::move(scratch);
         break;

@@ -35,6 +35,22 @@ class SavedRounding {
   std::optional<c10::ScalarType> previous_;
 };
 
+/// While alive, nothing saved on this thread is rounded (a gradient check nested inside a
+/// function under a low-precision check runs at full precision); the enclosing SavedRounding,
+/// if any, is back on exit.
+class SavedRoundingPause {
+ public:
+  SavedRoundingPause();
+  ~SavedRoundingPause();
+  SavedRoundingPause(const SavedRoundingPause&) = delete;
+  SavedRoundingPause& operator=(const SavedRoundingPause&) = delete;
+  SavedRoundingPause(SavedRoundingPause&&) = delete;
+  SavedRoundingPause& operator=(SavedRoundingPause&&) = delete;
+
+ private:
+  std::optional<c10::ScalarType> previous_;
+};
+
 /// The dtype saved tensors are rounded to on this thread (the innermost SavedRounding), or
 /// nullopt outside any.
 std::optional<c10::ScalarType> saved_rounding();

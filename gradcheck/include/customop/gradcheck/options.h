@@ -162,7 +162,10 @@ Tolerances default_tolerances(c10::ScalarType dtype);
 ///   forward and VJP: customop/saved_rounding.h for customop's ops, and from Python
 ///   torch.autograd.graph.saved_tensors_hooks for every saved tensor). A tensor the precise
 ///   run rejects is judged against that run by the same rules; either fit passes
-///   (LowPrecisionReport::baseline says which), a bug fits neither.
+///   (LowPrecisionReport::baseline says which), a bug fits neither. Where the saved-rounded
+///   run is not finite, it explains only the kernel's same value (the precise run judges the
+///   rest); a function that raises under the hooks (torch.func inside) is judged against the
+///   precise run alone, with a note.
 /// - The verdict on each tensor, e = low - precise over the elements finite in both:
 ///     max |e| <= max(2 max E_ref, 4 max E_pert) + u max |precise| + 4 d   ("max")
 ///     rms(e)  <= max(2 rms E_ref, 4 rms E_pert) + u rms(precise) + 4 d    ("rms")
@@ -175,8 +178,7 @@ Tolerances default_tolerances(c10::ScalarType dtype);
 ///   of the low-precision corpus (sums over 4096, matmul, sigmoid, softmax over large logits,
 ///   logsumexp, whose backward reuses its rounded output) reach at most 0.82 of that bound
 ///   over 20 seeds. s is the least-squares relative scale of the error (low ~ (1 + s)
-///   precise) and se(s) its standard error, from the residuals e - s p (White's
-///   heteroscedasticity-consistent estimator): a 1 % error in every element is invisible in
+///   precise) and se(s) its standard error: a 1 % error in every element is invisible in
 ///   max and rms next to bfloat16's rounding (2.6 u) but sits ~10 standard errors off here,
 ///   while rounding to nearest has no such bias; u / 4 allows a quarter unit of systematic
 ///   rounding, and one more u the rounding of one value every element shares (a constant such

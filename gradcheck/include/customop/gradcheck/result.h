@@ -95,6 +95,9 @@ struct PairReport {
   /// Entries at a kink within the step whose analytical value lies between the one-sided
   /// derivatives: accepted (estimated rule, detect_nondifferentiable), and noted.
   int64_t kink_entries = 0;
+  /// [input numel] bool CPU: the input elements with an entry accepted at a kink (slow mode,
+  /// when kink_entries > 0); undefined otherwise. The float64 precision probe leaves them out.
+  at::Tensor kink_inputs;
   /// Entries whose numerical error estimate exceeds 1 % of the largest |numerical| of their
   /// row (estimated rule): the differences cannot tell a 1 % error there (e.g. float32 central
   /// differences at eps 1e-6); noted.
