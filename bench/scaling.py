@@ -39,7 +39,7 @@ def fmt_size(n):
 
 def kernels(build, threads, sizes):
     """{(name, bytes): ns per float32 input element}, name "copy_" or an op."""
-    filt = "^(copy/copy_|(" + "|".join(OPS) + ")/customop)/"
+    filt = "^(copy/copy_|copy/clone|(" + "|".join(OPS) + ")/customop)/"
     env = dict(os.environ, CUSTOMOP_BENCH_THREADS=str(threads),
                CUSTOMOP_BENCH_SIZES=",".join(str(s) for s in sizes))
     out = subprocess.run([os.path.join(build, "bench", "kernels_cpu"), "--benchmark_format=json",
@@ -50,9 +50,9 @@ def kernels(build, threads, sizes):
     for b in json.loads(out.stdout)["benchmarks"]:
         if b.get("error_occurred"):
             continue
-        op, _, size = b["name"].split("/")[:3]
+        op, variant, size = b["name"].split("/")[:3]
         scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
-        name = "copy_" if op == "copy" else op
+        name = variant if op == "copy" else op  # "copy_" or "clone"
         result[(name, int(size))] = b["real_time"] * scale / (int(size) / 4)
     return result
 
@@ -108,7 +108,7 @@ def plot(path, sizes, k1, k2, by_elements, by_inputs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 3, figsize=(17, 5))
-    names = ("copy_",) + OPS
+    names = ("copy_", "clone") + OPS
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for c, name in zip(colors, names):
         xs = [s for s in sizes if (name, s) in k2]
@@ -174,14 +174,23 @@ def main():
              f"Scaling (bench/scaling.py; plotted in [scaling.png](scaling.png)). CPU kernels, "
              f"float32 forward, ns per input element, best of Google Benchmark's run (0.1 s "
              f"minimum), 1 thread / 2 threads:", ""]
-    lines.append("| size | " + " | ".join(("copy_",) + OPS) + " |")
-    lines.append("|---" * (len(OPS) + 2) + "|")
+    lines.append("| size | " + " | ".join(("copy_", "clone") + OPS) + " |")
+    lines.append("|---" * (len(OPS) + 3) + "|")
     for s in sizes:
         cells = []
-        for name in ("copy_",) + OPS:
+        for name in ("copy_", "clone") + OPS:
             one, two = k1.get((name, s)), k2.get((name, s))
             cells.append("-" if one is None or two is None else f"{one:.3g} / {two:.3g}")
         lines.append(f"| {fmt_size(s)} | " + " | ".join(cells) + " |")
+    big = max(sizes)
+    if all((n, big) in k2 for n in ("copy_", "clone") + OPS):
+        ratios = sorted(k2[(op, big)] / k2[("clone", big)] for op in OPS)
+        lines += ["", f"At {fmt_size(big)} on 2 threads, clone (a copy into a tensor it allocates) "
+                  f"takes {k2[('clone', big)]:.3g} ns per element against copy_'s "
+                  f"{k2[('copy_', big)]:.3g} (into a tensor allocated once): "
+                  f"{k2[('clone', big)] / k2[('copy_', big)]:.2g}x, the first touch of freshly "
+                  f"mapped pages. The ops, which allocate their outputs as clone does, take "
+                  f"{ratios[0]:.2g}x to {ratios[-1]:.2g}x clone's time per element there."]
     lines += ["", "The harness, one case per run, one thread (op evaluations: forward calls + VJPs; "
               "seconds: the check itself):", "",
               "| case | slow fwd + vjp | slow s | fast fwd + vjp | fast s |", "|---|---|---|---|---|"]
