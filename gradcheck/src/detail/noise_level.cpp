@@ -33,7 +33,7 @@ double sigma_of(std::span<const double> g) {
 
 }  // namespace
 
-NoiseTable sample_noise(Numerical& num, at::Generator& gen) {
+NoiseTable sample_noise(Numerical& num, at::Generator& gen, double h) {
   double u = 0;
   std::vector<at::Tensor> d;
   for (std::size_t j = 0; j < num.inputs(); ++j) {
@@ -46,7 +46,7 @@ NoiseTable sample_noise(Numerical& num, at::Generator& gen) {
       return heads[k] < 0.5 ? -m : m;
     }));
   }
-  const double h = std::sqrt(u);
+  if (!(h > 0)) h = std::sqrt(u);
   NoiseTable table;
   table.evals.push_back(num.base_flat());
   for (int i = 1; i < kNoisePoints; ++i) table.evals.push_back(num.evaluate_moved(d, i * h));
@@ -75,11 +75,19 @@ double projected_sigma(const NoiseTable& table, std::span<const double> v, int64
   return sigma_of(g);
 }
 
-at::Tensor measured_noise(Numerical& num, at::Generator& gen) {
+at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step) {
+  double u = 0;
+  for (std::size_t j = 0; j < num.inputs(); ++j) {
+    u = std::max(u, unit_roundoff(num.evaluated_dtype(j)));
+  }
+  std::vector<double> spacings{std::sqrt(u)};
+  if (step > spacings.front()) spacings.push_back(step);
   at::Tensor sigma;
-  for (int k = 0; k < kNoiseDirections; ++k) {
-    const at::Tensor s = row_sigma(sample_noise(num, gen));
-    sigma = sigma.defined() ? at::maximum(sigma, s) : s;
+  for (const double h : spacings) {
+    for (int k = 0; k < kNoiseDirections; ++k) {
+      const at::Tensor s = row_sigma(sample_noise(num, gen, h));
+      sigma = sigma.defined() ? at::maximum(sigma, s) : s;
+    }
   }
   return sigma;
 }

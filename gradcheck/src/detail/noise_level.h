@@ -36,7 +36,8 @@ inline constexpr int kNoisePoints = 7;
 /// computational noise", SIAM J. Sci. Comput. 33(3), 2011, the ECnoise method). All points lie
 /// on one side of x: a kink exactly at x does not enter. Throws UnstableOutputs as
 /// Numerical::evaluate_moved, and whatever f raises.
-NoiseTable sample_noise(Numerical& num, at::Generator& gen);
+/// `h` > 0 overrides the spacing (measured_noise's second tables, at the differences' step).
+NoiseTable sample_noise(Numerical& num, at::Generator& gen, double h = 0);
 
 /// The standard deviation sigma of each output element's rounding noise, float64 CPU [M]:
 /// for independent errors of deviation sigma a third difference has variance
@@ -55,9 +56,15 @@ double projected_sigma(const NoiseTable& table, std::span<const double> v, int64
 inline constexpr int kNoiseDirections = 3;
 
 /// Each output element's noise deviation, float64 CPU [M]: the largest row_sigma over
-/// kNoiseDirections tables (kNoiseDirections (kNoisePoints - 1) forward calls). Throws as
+/// kNoiseDirections tables at sqrt(u), and as many at the differences' relative `step` when
+/// it is larger (up to 2 kNoiseDirections (kNoisePoints - 1) forward calls). The second
+/// spacing sees rounding that moves in steps coarser than sqrt(u): gelu(x) = x (1 + erf(x /
+/// sqrt 2)) / 2 at x = -6.75 in float64 moves by 3.7e-16 every 8e-7 of x (1 + erf cancels),
+/// flat at 1e-8 but a staircase at eps = 1e-6, which moved central differences by 3e-11
+/// against a derivative of 3.4e-10. A smooth function's third differences at that spacing,
+/// ~step^3 f''', add no more than the central differences' own truncation. Throws as
 /// sample_noise.
-at::Tensor measured_noise(Numerical& num, at::Generator& gen);
+at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step = 0);
 
 /// How many deviations one evaluation's rounding is taken to reach (a central difference
 /// subtracts two evaluations: its noise bound is 2 kNoiseDeviations sigma / width).
