@@ -19,6 +19,7 @@ Usage: bench/scaling.py [--build build/primary] [--quick] [--no-write]
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,6 @@ def spec_case(label, op, args):
 
 
 def tensor(shape, seed):
-    import random
     rng = random.Random(seed)
     n = 1
     for s in shape:
