@@ -5,29 +5,31 @@
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/erf.h>
-#include <ATen/ops/exp.h>
 #include <ATen/ops/gelu.h>
-#include <ATen/ops/tanh.h>
 
-#include <cmath>
+#include <string>
+#include <utility>
 
 namespace customop::ops {
 
 namespace detail {
 
+void check_bias_gelu_args(const char* op, const at::Tensor& input, const at::Tensor& bias,
+                          const std::string& approximate, c10::DeviceType device) {
+  check_same_device(op, "bias", bias, "input", input);
+  check_floating(op, "input", input, device);
+  check_same_dtype(op, "bias", bias, "input", input);
+  TORCH_CHECK(input.dim() >= 1, op,
+              ": input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
+  const c10::SymInt d = input.sym_size(-1);
+  TORCH_CHECK(bias.dim() == 1 && bias.sym_size(0) == d, op, ": bias must have shape [D] = [", d,
+              "], but got ", bias.sym_sizes());
+  TORCH_CHECK_VALUE(approximate == "none" || approximate == "tanh", op,
+                    ": approximate must be \"none\" or \"tanh\", but got \"", approximate, "\"");
+}
+
 void check_bias_gelu(const BiasGeluArgs& a, c10::DeviceType device) {
-  check_same_device("bias_gelu", "bias", a.bias, "input", a.input);
-  check_floating("bias_gelu", "input", a.input, device);
-  check_same_dtype("bias_gelu", "bias", a.bias, "input", a.input);
-  TORCH_CHECK(a.input.dim() >= 1,
-              "bias_gelu: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
-  const c10::SymInt d = a.input.sym_size(-1);
-  TORCH_CHECK(a.bias.dim() == 1 && a.bias.sym_size(0) == d,
-              "bias_gelu: bias must have shape [D] = [", d, "], but got ", a.bias.sym_sizes());
-  TORCH_CHECK_VALUE(a.approximate == "none" || a.approximate == "tanh",
-                    "bias_gelu: approximate must be \"none\" or \"tanh\", but got \"",
-                    a.approximate, "\"");
+  check_bias_gelu_args("bias_gelu", a.input, a.bias, a.approximate, device);
 }
 
 }  // namespace detail
@@ -49,38 +51,22 @@ BiasGeluSaved bias_gelu_save(const BiasGeluArgs& a, const at::Tensor& /*output*/
   return {a.input, a.bias, a.approximate == "tanh"};
 }
 
-// d gelu / ds at s = x + b:
-//   exact: Phi(s) + s * phi(s) = 0.5 * (1 + erf(s / sqrt(2))) + s * exp(-s^2 / 2) / sqrt(2 pi)
-//   tanh:  with u = sqrt(2/pi) * (s + 0.044715 s^3), t = tanh(u):
-//          0.5 * (1 + t) + 0.5 * s * (1 - t^2) * sqrt(2/pi) * (1 + 3 * 0.044715 * s^2)
-// grad_input = g * gelu'(s); grad_bias = grad_input summed over every leading dim.
-// gelu'(x), x in the accumulation dtype.
-at::Tensor gelu_derivative(const at::Tensor& x, bool tanh) {
-  at::Tensor dgelu;
-  if (tanh) {
-    const double k_beta = std::sqrt(2.0 / M_PI);
-    const double k_kappa = 0.044715;
-    const at::Tensor x_sq = x * x;
-    const at::Tensor t = at::tanh(k_beta * (x + k_kappa * x_sq * x));
-    dgelu = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k_beta * (1 + 3 * k_kappa * x_sq);
-  } else {
-    const double k_inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * M_PI);
-    dgelu = 0.5 * (1 + at::erf(x * M_SQRT1_2)) + x * at::exp(-0.5 * x * x) * k_inv_sqrt_2pi;
-  }
-  return dgelu;
-}
-
+// grad_input = g * gelu'(s), grad_bias = grad_input summed over every leading dim, s = x + b:
+// the op customop::bias_gelu_backward (bias_gelu_backward.cpp has the formulas), one pass of
+// its kernels. A tensor subclass (DTensor; its Python key) takes the same formula in ATen ops,
+// which it shards as it shards them (the backward op's rule covers last-dim shards only).
 BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad) {
-  const auto dtype = s.input.scalar_type();
-  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
-  // NB: the forward rounds s to the dtype before the GELU; so does this.
-  const at::Tensor x = (s.input + s.bias).to(acc);
-  const at::Tensor grad_input = grad.to(acc) * gelu_derivative(x, s.tanh);
-  const at::Tensor grad_bias = grad_input.sum_to_size_symint(s.bias.sym_sizes());
-  return {grad_input.to(dtype), grad_bias.to(dtype)};
+  const BiasGeluBackwardArgs a{grad, s.input, s.bias, s.tanh ? "tanh" : "none"};
+  const auto subclass = [](const at::Tensor& t) {
+    return t.key_set().has(c10::DispatchKey::Python);
+  };
+  auto [grad_input, grad_bias] = subclass(grad) || subclass(s.input) || subclass(s.bias)
+                                     ? detail::bias_gelu_backward_composite(a)
+                                     : bias_gelu_backward_op()(a);
+  return {std::move(grad_input), std::move(grad_bias)};
 }
 
-// JVP: dy = gelu'(s) * (dx + db), db broadcast over the leading dims (gelu' as above).
+// JVP: dy = gelu'(s) * (dx + db), db broadcast over the leading dims.
 at::Tensor bias_gelu_jvp(const BiasGeluArgs& p, const BiasGeluArgs& t, const at::Tensor& /*out*/) {
   if (!t.input.defined() && !t.bias.defined()) return {};
   const auto dtype = p.input.scalar_type();
@@ -88,7 +74,7 @@ at::Tensor bias_gelu_jvp(const BiasGeluArgs& p, const BiasGeluArgs& t, const at:
   const at::Tensor x = (p.input + p.bias).to(acc);
   at::Tensor ds = t.input.defined() ? t.input.to(acc) : at::Tensor();
   if (t.bias.defined()) ds = ds.defined() ? ds + t.bias.to(acc) : t.bias.to(acc).expand_as(x);
-  return (gelu_derivative(x, p.approximate == "tanh") * ds).to(dtype);
+  return (detail::gelu_derivative(x, p.approximate == "tanh") * ds).to(dtype);
 }
 
 // Output metadata, the one statement of it: input's shape and dtype, contiguous. The fake

@@ -10,6 +10,9 @@ def bias_gelu(input: Tensor, bias: Tensor, approximate: str = 'none') -> Tensor:
 def bias_gelu_(input: Tensor, bias: Tensor, approximate: str = 'none') -> Tensor:
     """customop::bias_gelu_(Tensor(a!) input, Tensor bias, str approximate="none") -> Tensor"""
 
+def bias_gelu_backward(grad: Tensor, input: Tensor, bias: Tensor, approximate: str = 'none') -> tuple[Tensor, Tensor]:
+    """customop::bias_gelu_backward(Tensor grad, Tensor input, Tensor bias, str approximate="none") -> (Tensor grad_input, Tensor grad_bias)"""
+
 def clamp_count(input: Tensor, min: float, max: float) -> tuple[Tensor, Tensor]:
     """customop::clamp_count(Tensor input, float min, float max) -> (Tensor output, Tensor clamped)"""
 

@@ -167,7 +167,8 @@ TEST(RegisteredOps, IncludeEveryBuiltInOp) {
   for (const customop::OpCore* op : customop::registered_ops()) names.push_back(op->name());
   EXPECT_THAT(names,
               ::testing::IsSupersetOf(
-                  {"customop::bias_gelu", "customop::clamp_count", "customop::masked_softmax",
+                  {"customop::bias_gelu", "customop::bias_gelu_backward", "customop::clamp_count",
+                   "customop::masked_softmax",
                    "customop::max_along", "customop::rms_norm", "customop::weighted_sum",
                    "customop::fused_add_rms_norm_", "customop::paged_kv_write"}));
 }

@@ -54,20 +54,21 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
 }
 
 // y[0, n) = gelu(x[0, n) + b[0, n)): a piece of one row, computed in acc_t<T> (float16 and
-// bfloat16 are widened as read; x + b is not rounded to T before the gelu, y is rounded once).
+// bfloat16 are widened as read; s = x + b is rounded to T, as the ATen composite's add and the
+// CUDA kernel round it, and y once).
 template <class T, bool kTanh>
 void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
   using IO = VecIO<T>;
   constexpr int64_t kV = IO::kLanes;
   int64_t j = 0;
   for (; j + kV <= n; j += kV) {
-    IO::store(gelu<acc_t<T>, kTanh>(IO::load(x + j) + IO::load(b + j)), y + j);
+    IO::store(gelu<acc_t<T>, kTanh>(IO::round(IO::load(x + j) + IO::load(b + j))), y + j);
   }
   if (j < n) {
     // NB: the tail goes through the same vector code, so an element's result does not
     // depend on where it falls in a row.
     const int64_t r = n - j;
-    IO::store(gelu<acc_t<T>, kTanh>(IO::load(x + j, r) + IO::load(b + j, r)), y + j, r);
+    IO::store(gelu<acc_t<T>, kTanh>(IO::round(IO::load(x + j, r) + IO::load(b + j, r))), y + j, r);
   }
 }
 

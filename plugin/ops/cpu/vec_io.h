@@ -14,7 +14,9 @@
 #include <c10/util/Half.h>
 
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace customop::ops::cpu {
 
@@ -60,6 +62,47 @@ struct VecIO {
       return load(tmp);
     } else {
       return Vec::loadu(p, static_cast<int>(n));
+    }
+  }
+
+  /// v rounded to T and widened back: what storing v and loading it again gives.
+  static Vec round(const Vec& v) {
+    if constexpr (kReduced<T>) {
+      return std::get<0>(at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(v, v)));
+    } else {
+      return v;
+    }
+  }
+
+  /// Two vectors' worth: 2 kLanes elements from p (unaligned), widened to Acc. For float16 and
+  /// bfloat16 one full Vectorized<T> load and conversion, where two load(p) convert twice the
+  /// lanes they keep.
+  static std::pair<Vec, Vec> load2(const T* p) {
+    if constexpr (kReduced<T>) {
+      auto [lo, hi] = at::vec::convert_to_float<T>(at::vec::Vectorized<T>::loadu(p));
+      return {lo, hi};
+    } else {
+      return {Vec::loadu(p), Vec::loadu(p + kLanes)};
+    }
+  }
+
+  /// a and b rounded to T and widened back (round, for two vectors at the cost of one).
+  static std::pair<Vec, Vec> round2(const Vec& a, const Vec& b) {
+    if constexpr (kReduced<T>) {
+      auto [lo, hi] = at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(a, b));
+      return {lo, hi};
+    } else {
+      return {a, b};
+    }
+  }
+
+  /// a then b, 2 kLanes elements, to p (unaligned), rounded to T (one conversion for both).
+  static void store2(const Vec& a, const Vec& b, T* p) {
+    if constexpr (kReduced<T>) {
+      at::vec::convert_from_float<T>(a, b).store(p);
+    } else {
+      a.store(p);
+      b.store(p + kLanes);
     }
   }
 

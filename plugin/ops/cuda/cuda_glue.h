@@ -22,7 +22,7 @@ inline cuda_kernels::DType to_kernel_dtype(c10::ScalarType dtype) {
 
 /// Throws, naming the op, when a launcher (or the CUDA call after it) failed.
 inline void check_launch(const char* op, cudaError_t err) {
-  TORCH_CHECK(err == cudaSuccess, op, ": CUDA forward kernel failed: ", cudaGetErrorName(err), " (",
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel failed: ", cudaGetErrorName(err), " (",
               cudaGetErrorString(err), ")");
 }
 

@@ -1,0 +1,117 @@
+// Fused bias + GELU backward: grad_input = g * gelu'(x + b) and the column sums of grad_input
+// by bands of rows (the caller adds the bands: grad_bias).
+
+#include "cuda_kernels/bias_gelu_backward_params.h"
+
+namespace customop::cuda_kernels {
+
+std::int64_t bias_gelu_backward_partial_rows(std::int64_t n_rows) {
+  constexpr std::int64_t kRowsPerBand = 64;
+  constexpr std::int64_t kMaxBands = 512;
+  const std::int64_t bands = ceil_div(n_rows, kRowsPerBand);
+  return bands < 1 ? 1 : (bands > kMaxBands ? kMaxBands : bands);
+}
+
+namespace {
+
+using namespace detail;
+
+constexpr int kCols = 32;  // columns per block (one warp wide)
+constexpr int kRows = 8;   // rows per block step
+
+__device__ __forceinline__ float erf_acc(float x) { return erff(x); }
+__device__ __forceinline__ double erf_acc(double x) { return erf(x); }
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+__device__ __forceinline__ float tanh_acc(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_acc(double x) { return tanh(x); }
+
+/// gelu'(s) (formulas: plugin/ops/bias_gelu_backward.cpp); the exact form's s phi(s) with s
+/// capped at +-40, where phi is 0 already (s = +-inf: the limits 1 and 0).
+template <bool kTanh, typename A>
+__device__ __forceinline__ A gelu_derivative(A s) {
+  if constexpr (kTanh) {
+    constexpr A kBeta = A(0.79788456080286535587989211986876);  // sqrt(2 / pi)
+    constexpr A kKappa = A(0.044715);
+    const A s_sq = s * s;
+    const A t = tanh_acc(kBeta * (s + kKappa * s_sq * s));
+    return A(0.5) * (A(1) + t) +
+           A(0.5) * s * (A(1) - t * t) * kBeta * (A(1) + A(3) * kKappa * s_sq);
+  } else {
+    constexpr A kAlpha = A(0.70710678118654752440084436210485);       // 1 / sqrt(2)
+    constexpr A kInvSqrt2Pi = A(0.39894228040143267793994605993438);  // 1 / sqrt(2 pi)
+    const A capped = s < A(-40) ? A(-40) : (s > A(40) ? A(40) : s);
+    return A(0.5) * (A(1) + erf_acc(s * kAlpha)) + capped * exp_acc(A(-0.5) * s * s) * kInvSqrt2Pi;
+  }
+}
+
+/// Block (kCols, kRows), grid (ceil(cols / kCols), bands): thread (tx, ty) of band y walks
+/// column blockIdx.x * kCols + tx over the band's rows ty, ty + kRows, ...
+template <typename T, bool kTanh>
+__global__ void bias_gelu_bwd_kernel(const T* grad, const T* input, const T* __restrict__ bias,
+                                     T* grad_input, acc_t<T>* partial, std::int64_t rows,
+                                     std::int64_t cols, std::int64_t band_rows) {
+  using A = acc_t<T>;
+  __shared__ A sums[kRows][kCols + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kCols + tx;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * band_rows;
+  const std::int64_t r1 = r0 + band_rows < rows ? r0 + band_rows : rows;
+  A acc = A(0);
+  if (col < cols) {
+    const A b = load_as_acc(bias + col);
+    for (std::int64_t r = r0 + ty; r < r1; r += kRows) {
+      const std::int64_t i = r * cols + col;
+      const A s = round_to<T>(load_as_acc(input + i) + b);
+      const A v = load_as_acc(grad + i) * gelu_derivative<kTanh>(s);
+      store_from_acc(grad_input + i, v);
+      acc += v;
+    }
+  }
+  sums[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && col < cols) {
+    A total = sums[0][tx];
+#pragma unroll
+    for (int k = 1; k < kRows; ++k) total += sums[k][tx];
+    partial[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
+  }
+}
+
+template <typename T>
+cudaError_t launch_typed(const BiasGeluBackwardParams& p, cudaStream_t stream) {
+  using A = acc_t<T>;
+  const std::int64_t bands = bias_gelu_backward_partial_rows(p.n_rows);
+  const std::int64_t band_rows = ceil_div(p.n_rows, bands);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.cols, kCols)), static_cast<unsigned>(bands));
+  const dim3 block(kCols, kRows);
+  const auto* g = static_cast<const T*>(p.grad);
+  const auto* x = static_cast<const T*>(p.input);
+  const auto* b = static_cast<const T*>(p.bias);
+  auto* gi = static_cast<T*>(p.grad_input);
+  auto* part = static_cast<A*>(p.partial);
+  if (p.approximate == 1) {
+    bias_gelu_bwd_kernel<T, true>
+        <<<grid, block, 0, stream>>>(g, x, b, gi, part, p.n_rows, p.cols, band_rows);
+  } else {
+    bias_gelu_bwd_kernel<T, false>
+        <<<grid, block, 0, stream>>>(g, x, b, gi, part, p.n_rows, p.cols, band_rows);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_bias_gelu_bwd(const BiasGeluBackwardParams& p, cudaStream_t stream) {
+  if (p.n_rows < 0 || p.cols < 0 || (p.approximate != 0 && p.approximate != 1))
+    return cudaErrorInvalidValue;
+  if (p.n_rows == 0 || p.cols == 0) return cudaSuccess;
+  if (p.grad == nullptr || p.input == nullptr || p.bias == nullptr || p.grad_input == nullptr ||
+      p.partial == nullptr)
+    return cudaErrorInvalidValue;
+  // gridDim.x is at most 2^31 - 1: cols up to 6.8e10, beyond any tensor here.
+  return dispatch_floating(
+      p.dtype, [&](auto t) { return launch_typed<typename decltype(t)::type>(p, stream); });
+}
+
+}  // namespace customop::cuda_kernels
