@@ -7,22 +7,30 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/rsqrt.h>
+#include <c10/core/GradMode.h>
+
+#include <utility>
 
 namespace customop::ops {
 
 namespace detail {
 
-void check_rms_norm(const RmsNormArgs& a, c10::DeviceType device) {
-  check_same_device("rms_norm", "weight", a.weight, "input", a.input);
-  check_floating("rms_norm", "input", a.input, device);
-  check_same_dtype("rms_norm", "weight", a.weight, "input", a.input);
-  TORCH_CHECK(a.input.dim() >= 1,
-              "rms_norm: input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
+void check_rms_norm_args(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                         double eps, c10::DeviceType device) {
+  check_same_device(op, "weight", weight, "input", input);
+  check_floating(op, "input", input, device);
+  check_same_dtype(op, "weight", weight, "input", input);
+  TORCH_CHECK(input.dim() >= 1, op,
+              ": input must have shape [..., D] (at least 1 dim), but got a 0-d tensor");
   // NB: sym_size/sym_sizes, so the fake kernel keeps symbolic shapes symbolic.
-  const c10::SymInt d = a.input.sym_size(-1);
-  TORCH_CHECK(a.weight.dim() == 1 && a.weight.sym_size(0) == d,
-              "rms_norm: weight must have shape [D] = [", d, "], but got ", a.weight.sym_sizes());
-  TORCH_CHECK_VALUE(a.eps >= 0, "rms_norm: eps must be >= 0, but got ", a.eps);
+  const c10::SymInt d = input.sym_size(-1);
+  TORCH_CHECK(weight.dim() == 1 && weight.sym_size(0) == d, op, ": weight must have shape [D] = [",
+              d, "], but got ", weight.sym_sizes());
+  TORCH_CHECK_VALUE(eps >= 0, op, ": eps must be >= 0, but got ", eps);
+}
+
+void check_rms_norm(const RmsNormArgs& a, c10::DeviceType device) {
+  check_rms_norm_args("rms_norm", a.input, a.weight, a.eps, device);
 }
 
 }  // namespace detail
@@ -44,22 +52,22 @@ RmsNormSaved rms_norm_save(const RmsNormArgs& a, const at::Tensor& /*output*/) {
   return {a.input, a.weight, a.eps};
 }
 
-// With r = rsqrt(mean(x^2) + eps) and xhat = x * r (y = xhat * w):
-//   grad_input  = r * (g*w - xhat * mean(g*w * xhat))   (over the last dim)
-//   grad_weight = sum of g * xhat over every leading dim
-// float16/bfloat16 are computed in float32, as the forward reduces.
+// grad_input = r g w - r^3 mean(g w x) x and grad_weight = g x r summed over the leading
+// dims, r = rsqrt(mean(x^2) + eps): the op customop::rms_norm_backward (its formula and
+// kernels: rms_norm_backward.cpp), one pass of its kernels. The ATen formula instead where
+// its graph is wanted or the kernels cannot run: under grad mode (create_graph=True, and
+// torch.func's transforms, whose VJPs record graphs), and on tensor subclasses (DTensor and
+// fake tensors: their Python key), which handle ATen ops as they handle them in the forward.
 RmsNormGrads rms_norm_backward(const RmsNormSaved& s, const at::Tensor& grad) {
-  const auto dtype = s.input.scalar_type();
-  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
-  const at::Tensor x = s.input.to(acc);
-  const at::Tensor w = s.weight.to(acc);
-  const at::Tensor g = grad.to(acc);
-  const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + s.eps);
-  const at::Tensor xhat = x * r;
-  const at::Tensor gw = g * w;
-  const at::Tensor grad_input = r * (gw - xhat * (gw * xhat).mean(-1, /*keepdim=*/true));
-  const at::Tensor grad_weight = (g * xhat).sum_to_size_symint(w.sym_sizes());
-  return {grad_input.to(dtype), grad_weight.to(dtype)};
+  const RmsNormBackwardArgs a{grad, s.input, s.weight, s.eps};
+  const auto subclass = [](const at::Tensor& t) {
+    return t.key_set().has(c10::DispatchKey::Python);
+  };
+  auto [grad_input, grad_weight] =
+      at::GradMode::is_enabled() || subclass(grad) || subclass(s.input) || subclass(s.weight)
+          ? detail::rms_norm_backward_composite(a)
+          : rms_norm_backward_op()(a);
+  return {std::move(grad_input), std::move(grad_weight)};
 }
 
 // JVP, by differentiating y = x * r * w with r = rsqrt(mean(x^2) + eps) over the last dim:

@@ -60,6 +60,7 @@ from .ops import (  # noqa: E402  (after the library is loaded)
     paged_kv_write,
     rms_norm,
     rms_norm_,
+    rms_norm_backward,
     weighted_sum,
 )
 
@@ -78,5 +79,6 @@ __all__ = [
     "paged_kv_write",
     "rms_norm",
     "rms_norm_",
+    "rms_norm_backward",
     "weighted_sum",
 ]

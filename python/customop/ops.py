@@ -13,7 +13,7 @@ from . import _schema_py
 # (op.inplace_variant(): the result written into the first argument).
 BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "bias_gelu_backward", "clamp_count",
                 "fused_add_rms_norm_", "masked_softmax", "max_along", "paged_kv_write", "rms_norm",
-                "rms_norm_", "weighted_sum")
+                "rms_norm_", "rms_norm_backward", "weighted_sum")
 
 
 def _wrap(name: str):
@@ -40,4 +40,5 @@ max_along = _wrap("max_along")
 paged_kv_write = _wrap("paged_kv_write")
 rms_norm = _wrap("rms_norm")
 rms_norm_ = _wrap("rms_norm_")
+rms_norm_backward = _wrap("rms_norm_backward")
 weighted_sum = _wrap("weighted_sum")

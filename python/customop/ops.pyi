@@ -34,5 +34,8 @@ def rms_norm(input: Tensor, weight: Tensor, eps: float = 1e-06) -> Tensor:
 def rms_norm_(input: Tensor, weight: Tensor, eps: float = 1e-06) -> Tensor:
     """customop::rms_norm_(Tensor(a!) input, Tensor weight, float eps=1e-06) -> Tensor"""
 
+def rms_norm_backward(grad: Tensor, input: Tensor, weight: Tensor, eps: float = 1e-06) -> tuple[Tensor, Tensor]:
+    """customop::rms_norm_backward(Tensor grad, Tensor input, Tensor weight, float eps=1e-06) -> (Tensor grad_input, Tensor grad_weight)"""
+
 def weighted_sum(inputs: list[Tensor], weights: list[float]) -> Tensor:
     """customop::weighted_sum(Tensor[] inputs, float[] weights) -> Tensor"""

@@ -32,16 +32,18 @@ using customop::testing::tensors_equal;
 using customop::testing::tolerance_for;
 using ::testing::HasSubstr;
 
-std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& g, const at::Tensor& x,
-                                            const at::Tensor& b, const std::string& approximate) {
+std::tuple<at::Tensor, at::Tensor> gelu_backward(const at::Tensor& g, const at::Tensor& x,
+                                                 const at::Tensor& b,
+                                                 const std::string& approximate) {
   return customop::ops::bias_gelu_backward_op()(
       BiasGeluBackwardArgs{.grad = g, .input = x, .bias = b, .approximate = approximate});
 }
 
 /// gelu'(s) * g and its sum over the rows in float64 by autograd through at::gelu, s = x + b
 /// rounded to x's dtype (as the op defines it).
-std::tuple<at::Tensor, at::Tensor> expected(const at::Tensor& g, const at::Tensor& x,
-                                            const at::Tensor& b, const std::string& approximate) {
+std::tuple<at::Tensor, at::Tensor> expected_gelu_grads(const at::Tensor& g, const at::Tensor& x,
+                                                       const at::Tensor& b,
+                                                       const std::string& approximate) {
   const auto s = (x + b).to(at::kDouble).cpu().requires_grad_();
   const auto y = at::gelu(s, approximate);
   const auto gi = torch::autograd::grad({y}, {s}, {g.to(at::kDouble).cpu()})[0];
@@ -60,8 +62,8 @@ TEST_P(BiasGeluBackwardDevice, MatchesTheFloat64Derivative) {
       const auto x = at::randn(shape, p().options()) * 3;
       const auto b = at::randn({shape.back()}, p().options());
       const auto g = at::randn(shape, p().options());
-      const auto [gi, gb] = backward(g, x, b, approximate);
-      const auto [ei, eb] = expected(g, x, b, approximate);
+      const auto [gi, gb] = gelu_backward(g, x, b, approximate);
+      const auto [ei, eb] = expected_gelu_grads(g, x, b, approximate);
       EXPECT_EQ(gi.scalar_type(), p().dtype);
       EXPECT_EQ(gb.scalar_type(), p().dtype);
       EXPECT_TRUE(tensors_close(gi, ei, tolerance_for(p().dtype))) << "grad_input";
@@ -80,11 +82,11 @@ TEST_P(BiasGeluBackwardDevice, DeterministicAndStrideIndependent) {
   const auto x = at::randn({65, 300}, p().options()).t();
   const auto g = at::randn({300, 65}, p().options());
   const auto b = at::randn({130}, p().options()).slice(0, 0, 130, 2);
-  const auto [gi, gb] = backward(g, x, b, "none");
-  const auto [gi2, gb2] = backward(g, x, b, "none");
+  const auto [gi, gb] = gelu_backward(g, x, b, "none");
+  const auto [gi2, gb2] = gelu_backward(g, x, b, "none");
   EXPECT_TRUE(tensors_equal(gi, gi2));
   EXPECT_TRUE(tensors_equal(gb, gb2));
-  const auto [gic, gbc] = backward(g.contiguous(), x.contiguous(), b.contiguous(), "none");
+  const auto [gic, gbc] = gelu_backward(g.contiguous(), x.contiguous(), b.contiguous(), "none");
   EXPECT_TRUE(tensors_equal(gi, gic));
   EXPECT_TRUE(tensors_equal(gb, gbc));
   EXPECT_TRUE(gi.is_contiguous());
@@ -97,7 +99,7 @@ TEST_P(BiasGeluBackwardDevice, InfinityAndNaN) {
   const auto x = at::tensor({inf, -inf, std::nan(""), 0.0}, at::TensorOptions().dtype(at::kDouble))
                      .to(p().options());
   const auto [gi, gb] =
-      backward(at::ones({4}, p().options()), x, at::zeros({4}, p().options()), "none");
+      gelu_backward(at::ones({4}, p().options()), x, at::zeros({4}, p().options()), "none");
   const auto v = gi.to(at::kDouble).cpu();
   EXPECT_EQ(v[0].item<double>(), 1.0);
   EXPECT_EQ(v[1].item<double>(), 0.0);
@@ -108,11 +110,11 @@ TEST_P(BiasGeluBackwardDevice, InfinityAndNaN) {
 TEST_P(BiasGeluBackwardDevice, EmptyInputs) {
   const auto b = at::randn({16}, p().options());
   const auto e = at::empty({0, 16}, p().options());
-  const auto [gi, gb] = backward(e, e, b, "none");
+  const auto [gi, gb] = gelu_backward(e, e, b, "none");
   EXPECT_EQ(gi.sizes(), at::IntArrayRef({0, 16}));
   EXPECT_TRUE(tensors_equal(gb, at::zeros({16}, p().options())));  // a sum over no rows
   const auto z = at::empty({3, 0}, p().options());
-  EXPECT_EQ(std::get<1>(backward(z, z, at::empty({0}, p().options()), "tanh")).sizes(),
+  EXPECT_EQ(std::get<1>(gelu_backward(z, z, at::empty({0}, p().options()), "tanh")).sizes(),
             at::IntArrayRef({0}));
 }
 
@@ -120,13 +122,13 @@ TEST_P(BiasGeluBackwardDevice, BadGradIsRefusedByName) {
   const auto x = at::randn({2, 4}, p().options());
   const auto b = at::randn({4}, p().options());
   EXPECT_THAT(error_message([&] {
-                backward(at::randn({4, 2}, p().options()), x, b, "none");
+                gelu_backward(at::randn({4, 2}, p().options()), x, b, "none");
               }),
               HasSubstr("bias_gelu_backward: grad must have input's shape [2, 4], but got [4, 2]"));
   const auto other = p().dtype == at::kDouble ? at::kFloat : at::kDouble;
-  EXPECT_THAT(error_message([&] { backward(x.to(other), x, b, "none"); }),
+  EXPECT_THAT(error_message([&] { gelu_backward(x.to(other), x, b, "none"); }),
               HasSubstr("bias_gelu_backward: grad"));
-  EXPECT_THAT(error_message([&] { backward(x, x, b, "erf"); }),
+  EXPECT_THAT(error_message([&] { gelu_backward(x, x, b, "erf"); }),
               HasSubstr("bias_gelu_backward: approximate must be \"none\" or \"tanh\""));
 }
 
@@ -142,8 +144,8 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BiasGeluBackwardDevice,
 TEST(BiasGeluBackward, Float32DerivativeAbsoluteError) {
   const auto s = at::linspace(-16.0, 16.0, 1 << 20, at::TensorOptions().dtype(at::kFloat));
   const auto ones = at::ones_like(s);
-  const auto [gi, gb] = backward(ones, s, at::zeros_like(s), "none");
-  const auto [ei, eb] = expected(ones, s, at::zeros_like(s), "none");
+  const auto [gi, gb] = gelu_backward(ones, s, at::zeros_like(s), "none");
+  const auto [ei, eb] = expected_gelu_grads(ones, s, at::zeros_like(s), "none");
   EXPECT_LE((gi.to(at::kDouble) - ei).abs().max().item<double>(), 4e-7);
 }
 
@@ -167,7 +169,7 @@ TEST(BiasGeluBackward, BiasGeluBackwardRunsThroughTheOp) {
   const auto grads = torch::autograd::grad({y}, {x, b}, {g});
   at::removeCallback(handle);
   EXPECT_EQ(calls.load(), 1);
-  const auto [ei, eb] = expected(g, x.detach(), b.detach(), "none");
+  const auto [ei, eb] = expected_gelu_grads(g, x.detach(), b.detach(), "none");
   EXPECT_TRUE(tensors_close(grads[0], ei, tolerance_for(at::kFloat)));
   EXPECT_TRUE(tensors_close(grads[1], eb, tolerance_for(at::kFloat)));
 }

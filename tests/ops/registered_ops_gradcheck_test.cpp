@@ -169,7 +169,8 @@ TEST(RegisteredOps, IncludeEveryBuiltInOp) {
               ::testing::IsSupersetOf(
                   {"customop::bias_gelu", "customop::bias_gelu_backward", "customop::clamp_count",
                    "customop::masked_softmax",
-                   "customop::max_along", "customop::rms_norm", "customop::weighted_sum",
+                   "customop::max_along", "customop::rms_norm", "customop::rms_norm_backward",
+                   "customop::weighted_sum",
                    "customop::fused_add_rms_norm_", "customop::paged_kv_write"}));
 }
 

@@ -4,11 +4,11 @@
 // the default build holds the entry.
 //
 // Threads (at::parallel_for), deterministic for a given thread count: with at least 4 rows
-// per thread, chunks of whole rows, each summing its rows' grad_bias into a partial row of its
-// own, the partials then added in chunk order; with fewer (a few long rows), chunks of columns
-// across every row, each column summed by one thread in row order.
+// per thread, chunks of whole rows (cpu/row_sums.h); with fewer (a few long rows), chunks of
+// columns across every row, each column summed by one thread in row order.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/row_sums.h"
 #include "cpu/vec_io.h"
 #include "cpu/vec_math.h"
 
@@ -104,43 +104,6 @@ void segment(const T* g, const T* x, const acc_t<T>* b, T* gi, acc_t<T>* acc, in
   }
 }
 
-/// Column sums over many rows, blocked: rows are summed into `block` kBlockRows at a time and
-/// each block's sum is added to `total` (zeroed first), so a float32 sum of n rows errs by
-/// about (kBlockRows + n / kBlockRows) roundings rather than n. The destructor adds the last
-/// block.
-template <class A>
-class BlockedSum {
- public:
-  static constexpr int64_t kBlockRows = 64;
-  BlockedSum(A* total, A* block, int64_t cols) : total_(total), block_(block), cols_(cols) {
-    std::fill(total_, total_ + cols_, A(0));
-    std::fill(block_, block_ + cols_, A(0));
-  }
-  BlockedSum(const BlockedSum&) = delete;
-  BlockedSum& operator=(const BlockedSum&) = delete;
-  ~BlockedSum() { flush(); }
-  /// The buffer the next row adds into.
-  A* next() {
-    if (rows_++ == kBlockRows) {
-      flush();
-      rows_ = 1;
-    }
-    return block_;
-  }
-
- private:
-  void flush() {
-    for (int64_t j = 0; j < cols_; ++j) {
-      total_[j] += block_[j];
-      block_[j] = A(0);
-    }
-  }
-  A* total_;
-  A* block_;
-  int64_t cols_;
-  int64_t rows_ = 0;
-};
-
 template <class T, bool kTanh>
 void run(const BiasGeluBackwardCpuParams& p) {
   using A = acc_t<T>;
@@ -154,25 +117,11 @@ void run(const BiasGeluBackwardCpuParams& p) {
   const A* b = bias.data();
   const int64_t threads = at::get_num_threads();
   if (rows >= 4 * threads) {
-    // Whole rows per chunk; no more chunks than threads, none under kGrainSize elements.
-    const int64_t chunks =
-        std::max<int64_t>(1, std::min(threads, rows * cols / std::max<int64_t>(kGrainSize, cols)));
-    const int64_t per = (rows + chunks - 1) / chunks;
-    std::vector<A> partial(static_cast<size_t>(chunks * cols));
-    at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-      std::vector<A> block(static_cast<size_t>(cols));
-      for (int64_t c = c0; c < c1; ++c) {
-        BlockedSum<A> sum(partial.data() + c * cols, block.data(), cols);
-        for (int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) {
-          segment<T, kTanh>(g + r * cols, x + r * cols, b, gi + r * cols, sum.next(), cols);
-        }
-      }
+    std::vector<A> sums(static_cast<size_t>(cols));
+    for_rows_summing_columns(rows, cols, sums.data(), [&](int64_t r, A* acc) {
+      segment<T, kTanh>(g + r * cols, x + r * cols, b, gi + r * cols, acc, cols);
     });
-    for (int64_t j = 0; j < cols; ++j) {
-      A sum = partial[static_cast<size_t>(j)];
-      for (int64_t c = 1; c < chunks; ++c) sum += partial[static_cast<size_t>(c * cols + j)];
-      gb[j] = static_cast<T>(sum);
-    }
+    for (int64_t j = 0; j < cols; ++j) gb[j] = static_cast<T>(sums[static_cast<size_t>(j)]);
   } else {
     // Columns per chunk, every row: each column's sum stays with one thread.
     const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows, 1));
