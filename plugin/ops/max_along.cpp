@@ -58,8 +58,18 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
     g = g.unsqueeze(s.dim);
     idx = idx.unsqueeze(s.dim);
   }
-  // new_zeros: a DTensor grad gives a DTensor (a plain at::zeros would mix the two).
-  return {g.new_zeros_symint(s.input_sizes).scatter(s.dim, idx, g)};
+  // new_zeros: a DTensor grad gives a DTensor (a plain at::zeros would mix the two). Written in
+  // place (scatter_: one allocation, where scatter copies the zeros into a second) unless a
+  // tensor is a subclass (DTensor, fake tensors) or a torch.func wrapper (vmap has no batching
+  // rule for scatter_), which take the out-of-place op; under grad mode both record the same
+  // graph (the zeros are no leaf of it).
+  at::Tensor grad_input = g.new_zeros_symint(s.input_sizes);
+  const c10::DispatchKeySet wrapped({c10::DispatchKey::Python, c10::DispatchKey::FuncTorchBatched,
+                                     c10::DispatchKey::FuncTorchGradWrapper});
+  if (g.key_set().has_any(wrapped) || idx.key_set().has_any(wrapped)) {
+    return {grad_input.scatter(s.dim, idx, g)};
+  }
+  return {grad_input.scatter_(s.dim, idx, g)};
 }
 
 // JVP: the values' tangent is dx at the argmax of each slice (gathered); indices are integers
