@@ -17,18 +17,17 @@
 #include <customop/ops/rms_norm.h>
 #include <customop/ops/weighted_sum.h>
 
+#include "bench_main.h"
+
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -197,16 +196,4 @@ void run_case(benchmark::State& state, MakeCase make, bool customop, at::ScalarT
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // Every core, as kernels_cpu (CUSTOMOP_BENCH_THREADS=N overrides).
-  const char* threads = std::getenv("CUSTOMOP_BENCH_THREADS");
-  at::set_num_threads(threads
-                          ? std::max(1, std::atoi(threads))
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("aten_threads", std::to_string(at::get_num_threads()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return customop::bench::run_kernel_benchmarks(argc, argv); }

@@ -21,6 +21,8 @@
 #include <customop/ops/rms_norm.h>
 #include <customop/ops/weighted_sum.h>
 
+#include "bench_main.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -35,7 +37,6 @@
 #include <iterator>
 #include <limits>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -391,17 +392,4 @@ void apply_sizes(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // Every core this machine has (ATen's default may differ under a cgroup quota);
-  // CUSTOMOP_BENCH_THREADS=N overrides (1 for callgrind: one call stack holds all the work).
-  const char* threads = std::getenv("CUSTOMOP_BENCH_THREADS");
-  at::set_num_threads(threads
-                          ? std::max(1, std::atoi(threads))
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("aten_threads", std::to_string(at::get_num_threads()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return customop::bench::run_kernel_benchmarks(argc, argv); }

@@ -5,19 +5,9 @@
 
 namespace customop::cuda_kernels {
 
-std::int64_t bias_gelu_backward_partial_rows(std::int64_t n_rows) {
-  constexpr std::int64_t kRowsPerBand = 64;
-  constexpr std::int64_t kMaxBands = 512;
-  const std::int64_t bands = ceil_div(n_rows, kRowsPerBand);
-  return bands < 1 ? 1 : (bands > kMaxBands ? kMaxBands : bands);
-}
-
 namespace {
 
 using namespace detail;
-
-constexpr int kCols = 32;  // columns per block (one warp wide)
-constexpr int kRows = 8;   // rows per block step
 
 __device__ __forceinline__ float erf_acc(float x) { return erff(x); }
 __device__ __forceinline__ double erf_acc(double x) { return erf(x); }
@@ -45,22 +35,19 @@ __device__ __forceinline__ A gelu_derivative(A s) {
   }
 }
 
-/// Block (kCols, kRows), grid (ceil(cols / kCols), bands): thread (tx, ty) of band y walks
-/// column blockIdx.x * kCols + tx over the band's rows ty, ty + kRows, ...
+/// Block (kBandCols, kBandRows), grid (ceil(cols / kBandCols), bands): the column sums
+/// layout (common.h), grad_input written on the way.
 template <typename T, bool kTanh>
 __global__ void bias_gelu_bwd_kernel(const T* grad, const T* input, const T* __restrict__ bias,
                                      T* grad_input, acc_t<T>* partial, std::int64_t rows,
-                                     std::int64_t cols, std::int64_t band_rows) {
+                                     std::int64_t cols, std::int64_t rows_per_band) {
   using A = acc_t<T>;
-  __shared__ A sums[kRows][kCols + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kCols + tx;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * band_rows;
-  const std::int64_t r1 = r0 + band_rows < rows ? r0 + band_rows : rows;
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kBandCols + threadIdx.x;
+  const BandRows band = band_rows(rows, rows_per_band);
   A acc = A(0);
   if (col < cols) {
     const A b = load_as_acc(bias + col);
-    for (std::int64_t r = r0 + ty; r < r1; r += kRows) {
+    for (std::int64_t r = band.first + threadIdx.y; r < band.end; r += kBandRows) {
       const std::int64_t i = r * cols + col;
       const A s = round_to<T>(load_as_acc(input + i) + b);
       const A v = load_as_acc(grad + i) * gelu_derivative<kTanh>(s);
@@ -68,23 +55,16 @@ __global__ void bias_gelu_bwd_kernel(const T* grad, const T* input, const T* __r
       acc += v;
     }
   }
-  sums[ty][tx] = acc;
-  __syncthreads();
-  if (ty == 0 && col < cols) {
-    A total = sums[0][tx];
-#pragma unroll
-    for (int k = 1; k < kRows; ++k) total += sums[k][tx];
-    partial[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
-  }
+  store_band_sums(acc, partial, col, cols);
 }
 
 template <typename T>
 cudaError_t launch_typed(const BiasGeluBackwardParams& p, cudaStream_t stream) {
   using A = acc_t<T>;
-  const std::int64_t bands = bias_gelu_backward_partial_rows(p.n_rows);
-  const std::int64_t band_rows = ceil_div(p.n_rows, bands);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.cols, kCols)), static_cast<unsigned>(bands));
-  const dim3 block(kCols, kRows);
+  const std::int64_t bands = column_sum_bands(p.n_rows);
+  const std::int64_t rows_per_band = ceil_div(p.n_rows, bands);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.cols, kBandCols)), static_cast<unsigned>(bands));
+  const dim3 block(kBandCols, kBandRows);
   const auto* g = static_cast<const T*>(p.grad);
   const auto* x = static_cast<const T*>(p.input);
   const auto* b = static_cast<const T*>(p.bias);
@@ -92,10 +72,10 @@ cudaError_t launch_typed(const BiasGeluBackwardParams& p, cudaStream_t stream) {
   auto* part = static_cast<A*>(p.partial);
   if (p.approximate == 1) {
     bias_gelu_bwd_kernel<T, true>
-        <<<grid, block, 0, stream>>>(g, x, b, gi, part, p.n_rows, p.cols, band_rows);
+        <<<grid, block, 0, stream>>>(g, x, b, gi, part, p.n_rows, p.cols, rows_per_band);
   } else {
     bias_gelu_bwd_kernel<T, false>
-        <<<grid, block, 0, stream>>>(g, x, b, gi, part, p.n_rows, p.cols, band_rows);
+        <<<grid, block, 0, stream>>>(g, x, b, gi, part, p.n_rows, p.cols, rows_per_band);
   }
   return cudaGetLastError();
 }

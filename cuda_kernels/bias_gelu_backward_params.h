@@ -22,8 +22,9 @@ struct BiasGeluBackwardParams {
   /// grad_input, shape [n_rows, cols], of `dtype`; written. Default: nullptr (must be set).
   void* grad_input = nullptr;
   /// The column sums of grad_input before its rounding, in the accumulate type (float; double
-  /// for kFloat64), shape [partial_rows(n_rows), cols]: row k holds the sums over the k-th
-  /// band of rows; the caller adds the rows. Written. Default: nullptr (must be set).
+  /// for kFloat64), shape [column_sum_bands(n_rows), cols] (common.h): row k holds the sums
+  /// over the k-th band of rows; the caller adds the rows. Written. Default: nullptr (must be
+  /// set).
   void* partial = nullptr;
   /// N: number of rows (every leading dim folded in), in elements. Default: 0.
   std::int64_t n_rows = 0;
@@ -34,10 +35,6 @@ struct BiasGeluBackwardParams {
   /// Element type of grad, input, bias and grad_input. Default: kFloat32.
   DType dtype = DType::kFloat32;
 };
-
-/// Rows of BiasGeluBackwardParams::partial for n_rows rows: one band per 64 rows, at most 512
-/// bands (>= 1 for n_rows >= 1).
-std::int64_t bias_gelu_backward_partial_rows(std::int64_t n_rows);
 
 /// Enqueues the backward on `stream`: s = x + bias rounded to dtype (as the forward), then
 /// grad_input = g * gelu'(s) and the partial column sums, computed in float32 (float64 for

@@ -23,6 +23,14 @@ __host__ __device__ inline constexpr std::int64_t ceil_div(std::int64_t a, std::
   return (a + b - 1) / b;
 }
 
+/// Bands of rows of a backward kernel's column sums (a weight's or bias's grad summed over the
+/// rows): one band per 64 rows, at most 512 (>= 1 for n_rows >= 1). The kernel writes one row
+/// of partial sums per band, [bands, cols] in the accumulate type; the caller adds the rows.
+inline constexpr std::int64_t column_sum_bands(std::int64_t n_rows) {
+  const std::int64_t bands = ceil_div(n_rows, 64);
+  return bands < 1 ? 1 : (bands > 512 ? 512 : bands);
+}
+
 }  // namespace customop::cuda_kernels
 
 #if defined(__CUDACC__)
@@ -413,6 +421,40 @@ void dispatch_cached(int k, Fn&& fn) {
     if (k == 2) return fn(std::integral_constant<int, 2>{});
   }
   return fn(std::integral_constant<int, 1>{});
+}
+
+// ---- column sums by bands of rows (column_sum_bands) ----------------------------------------
+
+/// Columns and rows of a column-sum block: (kBandCols, kBandRows) threads, thread (tx, ty)
+/// walking column blockIdx.x * kBandCols + tx over the rows ty, ty + kBandRows, ... of band
+/// blockIdx.y (loads coalesced along the columns).
+inline constexpr int kBandCols = 32;
+inline constexpr int kBandRows = 8;
+
+/// The rows [first, end) of band blockIdx.y when each band holds `band_rows` rows.
+struct BandRows {
+  std::int64_t first;
+  std::int64_t end;
+};
+__device__ __forceinline__ BandRows band_rows(std::int64_t rows, std::int64_t band_rows) {
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * band_rows;
+  return {first, first + band_rows < rows ? first + band_rows : rows};
+}
+
+/// Adds each thread's `v` over threadIdx.y and writes the block's column sums to row
+/// blockIdx.y of `partial` ([bands, cols]). NB: every thread of the block must call it.
+template <typename A>
+__device__ __forceinline__ void store_band_sums(A v, A* partial, std::int64_t col,
+                                                std::int64_t cols) {
+  __shared__ A sums[kBandRows][kBandCols + 1];
+  sums[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    A total = sums[0][threadIdx.x];
+#pragma unroll
+    for (int k = 1; k < kBandRows; ++k) total += sums[k][threadIdx.x];
+    partial[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
+  }
 }
 
 /// Grid size of an elementwise (grid-stride) kernel doing `work` items.

@@ -5,20 +5,11 @@
 
 namespace customop::cuda_kernels {
 
-std::int64_t rms_norm_backward_partial_rows(std::int64_t n_rows) {
-  constexpr std::int64_t kRowsPerBand = 64;
-  constexpr std::int64_t kMaxBands = 512;
-  const std::int64_t bands = ceil_div(n_rows, kRowsPerBand);
-  return bands < 1 ? 1 : (bands > kMaxBands ? kMaxBands : bands);
-}
-
 namespace {
 
 using namespace detail;
 
 constexpr int kRowThreads = 256;  // threads per row block
-constexpr int kCols = 32;         // columns per column-sum block (one warp wide)
-constexpr int kRows = 8;          // rows per column-sum block step
 
 __device__ __forceinline__ float rsqrt_acc(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double rsqrt_acc(double x) { return rsqrt(x); }
@@ -51,33 +42,23 @@ __global__ void rms_norm_bwd_rows_kernel(const T* grad, const T* input,
   }
 }
 
-/// Block (kCols, kRows), grid (ceil(cols / kCols), bands): thread (tx, ty) of band y sums
-/// g x r of column blockIdx.x * kCols + tx over the band's rows ty, ty + kRows, ...
+/// Block (kBandCols, kBandRows), grid (ceil(cols / kBandCols), bands): the column sums of
+/// g x r (common.h's layout).
 template <typename T>
 __global__ void rms_norm_bwd_weight_kernel(const T* grad, const T* input, const acc_t<T>* inv_rms,
                                            acc_t<T>* partial, std::int64_t rows, std::int64_t cols,
-                                           std::int64_t band_rows) {
+                                           std::int64_t rows_per_band) {
   using A = acc_t<T>;
-  __shared__ A sums[kRows][kCols + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kCols + tx;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * band_rows;
-  const std::int64_t r1 = r0 + band_rows < rows ? r0 + band_rows : rows;
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kBandCols + threadIdx.x;
+  const BandRows band = band_rows(rows, rows_per_band);
   A acc = A(0);
   if (col < cols) {
-    for (std::int64_t r = r0 + ty; r < r1; r += kRows) {
+    for (std::int64_t r = band.first + threadIdx.y; r < band.end; r += kBandRows) {
       const std::int64_t i = r * cols + col;
       acc += load_as_acc(grad + i) * load_as_acc(input + i) * inv_rms[r];
     }
   }
-  sums[ty][tx] = acc;
-  __syncthreads();
-  if (ty == 0 && col < cols) {
-    A total = sums[0][tx];
-#pragma unroll
-    for (int k = 1; k < kRows; ++k) total += sums[k][tx];
-    partial[static_cast<std::int64_t>(blockIdx.y) * cols + col] = total;
-  }
+  store_band_sums(acc, partial, col, cols);
 }
 
 template <typename T>
@@ -92,9 +73,9 @@ cudaError_t launch_typed(const RmsNormBackwardParams& p, cudaStream_t stream) {
       g, x, w, static_cast<T*>(p.grad_input), inv, p.n_rows, p.cols, static_cast<A>(p.eps));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const std::int64_t bands = rms_norm_backward_partial_rows(p.n_rows);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.cols, kCols)), static_cast<unsigned>(bands));
-  rms_norm_bwd_weight_kernel<T><<<grid, dim3(kCols, kRows), 0, stream>>>(
+  const std::int64_t bands = column_sum_bands(p.n_rows);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.cols, kBandCols)), static_cast<unsigned>(bands));
+  rms_norm_bwd_weight_kernel<T><<<grid, dim3(kBandCols, kBandRows), 0, stream>>>(
       g, x, inv, static_cast<A*>(p.partial), p.n_rows, p.cols, ceil_div(p.n_rows, bands));
   return cudaGetLastError();
 }

@@ -25,8 +25,8 @@ struct RmsNormBackwardParams {
   /// r per row, [n_rows], in the accumulate type (float; double for kFloat64); scratch the
   /// first kernel writes and the second reads. Default: nullptr (must be set).
   void* inv_rms = nullptr;
-  /// grad_weight's column sums in the accumulate type, [rms_norm_backward_partial_rows(n_rows),
-  /// cols]: row k sums the k-th band of rows; the caller adds the rows. Written. Default:
+  /// grad_weight's column sums in the accumulate type, [column_sum_bands(n_rows), cols]
+  /// (common.h): row k sums the k-th band of rows; the caller adds the rows. Written. Default:
   /// nullptr (must be set).
   void* partial = nullptr;
   /// N: number of rows (every leading dim folded in). Default: 0.
@@ -38,10 +38,6 @@ struct RmsNormBackwardParams {
   /// Element type of grad, input, weight and grad_input. Default: kFloat32.
   DType dtype = DType::kFloat32;
 };
-
-/// Rows of RmsNormBackwardParams::partial for n_rows rows: one band per 64 rows, at most 512
-/// bands (>= 1 for n_rows >= 1).
-std::int64_t rms_norm_backward_partial_rows(std::int64_t n_rows);
 
 /// Enqueues the backward on `stream`: a block per row (both sums reduced in the block, then
 /// grad_input and r written), then blocks of 32 columns x 8 rows over bands of rows for the

@@ -29,7 +29,7 @@ void bias_gelu_backward_cuda(const BiasGeluBackwardArgs& a, const BiasGeluBackwa
   }
   const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const at::Tensor partial =
-      at::empty({cuda_kernels::bias_gelu_backward_partial_rows(rows), d}, x.options().dtype(acc));
+      at::empty({cuda_kernels::column_sum_bands(rows), d}, x.options().dtype(acc));
   cuda_kernels::BiasGeluBackwardParams p;
   p.grad = g.const_data_ptr();
   p.input = x.const_data_ptr();

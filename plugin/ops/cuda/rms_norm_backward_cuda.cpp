@@ -29,8 +29,7 @@ void rms_norm_backward_cuda(const RmsNormBackwardArgs& a, const RmsNormBackwardR
   }
   const auto acc = x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   const at::Tensor inv_rms = at::empty({rows}, acc);
-  const at::Tensor partial =
-      at::empty({cuda_kernels::rms_norm_backward_partial_rows(rows), d}, acc);
+  const at::Tensor partial = at::empty({cuda_kernels::column_sum_bands(rows), d}, acc);
   cuda_kernels::RmsNormBackwardParams p;
   p.grad = g.const_data_ptr();
   p.input = x.const_data_ptr();
