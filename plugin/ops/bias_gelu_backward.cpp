@@ -73,24 +73,25 @@ BiasGeluBackwardResult bias_gelu_backward_composite(const BiasGeluBackwardArgs& 
 
 namespace {
 
-struct SecondOrderGrads {
+struct BiasGeluBackwardGrads {
   at::Tensor grad;
   at::Tensor input;
   at::Tensor bias;
 };
 
-BiasGeluBackwardArgs save(const BiasGeluBackwardArgs& a, const BiasGeluBackwardResult&) {
+BiasGeluBackwardArgs bias_gelu_backward_save(const BiasGeluBackwardArgs& a,
+                                             const BiasGeluBackwardResult&) {
   return a;
 }
 
 /// The op's inputs in the compute dtype: s = x + b (rounded to the dtype first) and g.
-struct Widened {
+struct BiasGeluBackwardWidened {
   at::ScalarType dtype;
   at::Tensor s;
   at::Tensor g;
 };
 
-Widened widen(const BiasGeluBackwardArgs& a) {
+BiasGeluBackwardWidened bias_gelu_backward_widen(const BiasGeluBackwardArgs& a) {
   const auto dtype = a.input.scalar_type();
   const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
   return {dtype, (a.input + a.bias).to(acc), a.grad.to(acc)};
@@ -99,10 +100,11 @@ Widened widen(const BiasGeluBackwardArgs& a) {
 // Double backward. The op maps (g, x, b) to (gi, gb) = (g gelu'(s), sum of gi over the rows),
 // s = x + b; with the cotangents (ci, cb) and c = ci + cb broadcast over the rows:
 //   d/dg = c gelu'(s);  d/dx = c g gelu''(s);  d/db = d/dx summed over the rows.
-SecondOrderGrads double_backward(const BiasGeluBackwardArgs& a, const at::Tensor& ci,
-                                 const at::Tensor& cb) {
+BiasGeluBackwardGrads bias_gelu_backward_double_backward(const BiasGeluBackwardArgs& a,
+                                                         const at::Tensor& ci,
+                                                         const at::Tensor& cb) {
   if (!ci.defined() && !cb.defined()) return {};
-  const Widened w = widen(a);
+  const BiasGeluBackwardWidened w = bias_gelu_backward_widen(a);
   const bool tanh = a.approximate == "tanh";
   at::Tensor c = ci.defined() ? ci.to(w.s.scalar_type()) : at::Tensor();
   if (cb.defined()) {
@@ -115,10 +117,11 @@ SecondOrderGrads double_backward(const BiasGeluBackwardArgs& a, const at::Tensor
 }
 
 // JVP: d gi = dg gelu'(s) + g gelu''(s) (dx + db); d gb = d gi summed over the rows.
-BiasGeluBackwardResult jvp(const BiasGeluBackwardArgs& p, const BiasGeluBackwardArgs& t,
-                           const BiasGeluBackwardResult& /*out*/) {
+BiasGeluBackwardResult bias_gelu_backward_jvp(const BiasGeluBackwardArgs& p,
+                                              const BiasGeluBackwardArgs& t,
+                                              const BiasGeluBackwardResult& /*out*/) {
   if (!t.grad.defined() && !t.input.defined() && !t.bias.defined()) return {};
-  const Widened w = widen(p);
+  const BiasGeluBackwardWidened w = bias_gelu_backward_widen(p);
   const bool tanh = p.approximate == "tanh";
   const auto acc = w.s.scalar_type();
   at::Tensor d = at::zeros_like(w.s);
@@ -130,13 +133,13 @@ BiasGeluBackwardResult jvp(const BiasGeluBackwardArgs& p, const BiasGeluBackward
   return {d.to(w.dtype), d.sum_to_size_symint(p.bias.sym_sizes()).to(w.dtype)};
 }
 
-std::tuple<TensorSpec, TensorSpec> shape(const BiasGeluBackwardArgs& a) {
+std::tuple<TensorSpec, TensorSpec> bias_gelu_backward_shape(const BiasGeluBackwardArgs& a) {
   detail::check_bias_gelu_backward(a, a.input.device().type());
   return {TensorSpec::like(a.input), TensorSpec::like(a.bias)};
 }
 
-std::vector<std::pair<std::string, BiasGeluBackwardArgs>> samples(c10::Device dev,
-                                                                  c10::ScalarType dt) {
+std::vector<std::pair<std::string, BiasGeluBackwardArgs>> bias_gelu_backward_samples(
+    c10::Device dev, c10::ScalarType dt) {
   using detail::sample_randn;
   return {
       {"exact, contiguous [4, 8]",
@@ -163,7 +166,7 @@ Op<BiasGeluBackwardArgs, BiasGeluBackwardResult>& bias_gelu_backward_op() {
     auto& o = define<BiasGeluBackwardArgs, BiasGeluBackwardResult>(
         "customop::bias_gelu_backward(Tensor grad, Tensor input, Tensor bias, "
         "str approximate=\"none\") -> (Tensor grad_input, Tensor grad_bias)");
-    o.shape(&shape);
+    o.shape(&bias_gelu_backward_shape);
     o.impl(c10::DeviceType::CPU, &detail::bias_gelu_backward_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::bias_gelu_backward_cuda);
@@ -177,11 +180,11 @@ Op<BiasGeluBackwardArgs, BiasGeluBackwardResult>& bias_gelu_backward_op() {
                                                  {"bias", Placement::shard(0)}},
                                       .outputs = {Placement::shard(-1), Placement::shard(0)}}}));
     o.autocast(AutocastPolicy::kPromote);
-    o.impl_autograd(&save, &double_backward);
-    o.impl_jvp(&jvp);
+    o.impl_autograd(&bias_gelu_backward_save, &bias_gelu_backward_double_backward);
+    o.impl_jvp(&bias_gelu_backward_jvp);
     // vmap: grad_bias sums the rows, so a batch folded into them would be summed too.
     o.vmap(customop::BatchRule::loop());
-    o.samples(&samples);
+    o.samples(&bias_gelu_backward_samples);
     return o;
   }();
   return op;

@@ -16,12 +16,15 @@ namespace customop::ops {
 
 namespace detail {
 
+void check_clamp_count_args(const char* op, const at::Tensor& input, double min, double max,
+                            c10::DeviceType device) {
+  check_floating(op, "input", input, device);
+  TORCH_CHECK_VALUE(min <= max, op, ": min must be <= max (and neither NaN), but got min = ", min,
+                    " and max = ", max);
+}
+
 void check_clamp_count(const ClampCountArgs& a, c10::DeviceType device) {
-  check_floating("clamp_count", "input", a.input, device);
-  TORCH_CHECK_VALUE(a.min <= a.max,
-                    "clamp_count: min must be <= max (and neither NaN), but got "
-                    "min = ",
-                    a.min, " and max = ", a.max);
+  check_clamp_count_args("clamp_count", a.input, a.min, a.max, device);
 }
 
 }  // namespace detail
@@ -43,11 +46,17 @@ ClampCountSaved clamp_count_save(const ClampCountArgs& a, const ClampCountResult
 }
 
 // g where min <= x <= max (the bounds included; torch.clamp's up to 2.14), 0 elsewhere and at
-// NaN. NB: comparing with the double bounds rounds them to x's dtype, as the forward does.
+// NaN: the op customop::clamp_count_backward (clamp_count_backward.cpp), one pass of its
+// kernels; a tensor subclass (DTensor, fake tensors: the Python key) takes the same formula in
+// ATen ops, which it handles as in the forward.
 ClampCountGrads clamp_count_backward(const ClampCountSaved& s, const at::Tensor& grad,
                                      const at::Tensor& /*grad_clamped*/) {
-  const at::Tensor inside = (s.input >= s.min).logical_and_(s.input <= s.max);
-  return {at::where(inside, grad, at::zeros_like(grad))};
+  const ClampCountBackwardArgs a{grad, s.input, s.min, s.max};
+  const auto subclass = [](const at::Tensor& t) {
+    return t.key_set().has(c10::DispatchKey::Python);
+  };
+  return {subclass(grad) || subclass(s.input) ? detail::clamp_count_backward_composite(a)
+                                              : clamp_count_backward_op()(a)};
 }
 
 // JVP: d output = dx where min <= x <= max (as the backward), 0 elsewhere; the count is an

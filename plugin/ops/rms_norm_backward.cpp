@@ -47,20 +47,23 @@ RmsNormBackwardResult rms_norm_backward_composite(const RmsNormBackwardArgs& a) 
 
 namespace {
 
-struct SecondOrderGrads {
+struct RmsNormBackwardGrads {
   at::Tensor grad;
   at::Tensor input;
   at::Tensor weight;
 };
 
-RmsNormBackwardArgs save(const RmsNormBackwardArgs& a, const RmsNormBackwardResult&) { return a; }
+RmsNormBackwardArgs rms_norm_backward_save(const RmsNormBackwardArgs& a,
+                                           const RmsNormBackwardResult&) {
+  return a;
+}
 
 // Double backward: the VJP of the ATen formula, by autograd. A saved tensor that carries a
 // graph (create_graph=True upstream) enters through a view of itself, so the VJP's own graph
 // (under grad mode here) reaches back to it and every higher order is differentiated too; one
 // that carries none enters as a fresh leaf.
-SecondOrderGrads double_backward(const RmsNormBackwardArgs& a, const at::Tensor& ci,
-                                 const at::Tensor& cw) {
+RmsNormBackwardGrads rms_norm_backward_double_backward(const RmsNormBackwardArgs& a,
+                                                       const at::Tensor& ci, const at::Tensor& cw) {
   if (!ci.defined() && !cw.defined()) return {};
   const bool create_graph = at::GradMode::is_enabled();
   const at::AutoGradMode grad_mode(true);
@@ -84,13 +87,13 @@ SecondOrderGrads double_backward(const RmsNormBackwardArgs& a, const at::Tensor&
   return {vjp[0], vjp[1], vjp[2]};
 }
 
-std::tuple<TensorSpec, TensorSpec> shape(const RmsNormBackwardArgs& a) {
+std::tuple<TensorSpec, TensorSpec> rms_norm_backward_shape(const RmsNormBackwardArgs& a) {
   detail::check_rms_norm_backward(a, a.input.device().type());
   return {TensorSpec::like(a.input), TensorSpec::like(a.weight)};
 }
 
-std::vector<std::pair<std::string, RmsNormBackwardArgs>> samples(c10::Device dev,
-                                                                 c10::ScalarType dt) {
+std::vector<std::pair<std::string, RmsNormBackwardArgs>> rms_norm_backward_samples(
+    c10::Device dev, c10::ScalarType dt) {
   using detail::sample_randn;
   return {
       {"contiguous [4, 8]",
@@ -117,7 +120,7 @@ Op<RmsNormBackwardArgs, RmsNormBackwardResult>& rms_norm_backward_op() {
     auto& o = define<RmsNormBackwardArgs, RmsNormBackwardResult>(
         "customop::rms_norm_backward(Tensor grad, Tensor input, Tensor weight, float eps=1e-6) "
         "-> (Tensor grad_input, Tensor grad_weight)");
-    o.shape(&shape);
+    o.shape(&rms_norm_backward_shape);
     o.impl(c10::DeviceType::CPU, &detail::rms_norm_backward_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::rms_norm_backward_cuda);
@@ -128,10 +131,10 @@ Op<RmsNormBackwardArgs, RmsNormBackwardResult>& rms_norm_backward_op() {
     o.sharding(Sharding::replicate());
     // Autocast: float32, as rms_norm.
     o.autocast(AutocastPolicy::kFloat32);
-    o.impl_autograd(&save, &double_backward);
+    o.impl_autograd(&rms_norm_backward_save, &rms_norm_backward_double_backward);
     // vmap: grad_weight sums the rows, so a batch folded into them would be summed too.
     o.vmap(customop::BatchRule::loop());
-    o.samples(&samples);
+    o.samples(&rms_norm_backward_samples);
     return o;
   }();
   return op;

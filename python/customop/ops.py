@@ -12,8 +12,8 @@ from . import _schema_py
 # NB: rms_norm_ and bias_gelu_ are the in-place variants of rms_norm and bias_gelu
 # (op.inplace_variant(): the result written into the first argument).
 BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "bias_gelu_backward", "clamp_count",
-                "fused_add_rms_norm_", "masked_softmax", "max_along", "paged_kv_write", "rms_norm",
-                "rms_norm_", "rms_norm_backward", "weighted_sum")
+                "clamp_count_backward", "fused_add_rms_norm_", "masked_softmax", "max_along",
+                "paged_kv_write", "rms_norm", "rms_norm_", "rms_norm_backward", "weighted_sum")
 
 
 def _wrap(name: str):
@@ -34,6 +34,7 @@ bias_gelu = _wrap("bias_gelu")
 bias_gelu_ = _wrap("bias_gelu_")
 bias_gelu_backward = _wrap("bias_gelu_backward")
 clamp_count = _wrap("clamp_count")
+clamp_count_backward = _wrap("clamp_count_backward")
 fused_add_rms_norm_ = _wrap("fused_add_rms_norm_")
 masked_softmax = _wrap("masked_softmax")
 max_along = _wrap("max_along")

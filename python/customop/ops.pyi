@@ -16,6 +16,9 @@ def bias_gelu_backward(grad: Tensor, input: Tensor, bias: Tensor, approximate: s
 def clamp_count(input: Tensor, min: float, max: float) -> tuple[Tensor, Tensor]:
     """customop::clamp_count(Tensor input, float min, float max) -> (Tensor output, Tensor clamped)"""
 
+def clamp_count_backward(grad: Tensor, input: Tensor, min: float, max: float) -> Tensor:
+    """customop::clamp_count_backward(Tensor grad, Tensor input, float min, float max) -> Tensor"""
+
 def fused_add_rms_norm_(input: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-06) -> None:
     """customop::fused_add_rms_norm_(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"""
 

@@ -41,6 +41,12 @@ CALLS = {
     "bias_gelu_": lambda: dict(input=_leaf(4, 8).detach(), bias=_leaf(8, seed=1).detach(),
                                approximate="tanh"),
     "weighted_sum": lambda: dict(inputs=[_leaf(2, 3), _leaf(2, 3, seed=1)], weights=[0.5, 2.0]),
+    # The backward ops: grads of the ops above, differentiable themselves (double backward).
+    "bias_gelu_backward": lambda: dict(grad=_leaf(4, 8, seed=2), input=_leaf(4, 8),
+                                       bias=_leaf(8, seed=1), approximate="none"),
+    "clamp_count_backward": lambda: dict(grad=_leaf(7, seed=1), input=_leaf(7), min=-0.5, max=0.5),
+    "rms_norm_backward": lambda: dict(grad=_leaf(4, 8, seed=2), input=_leaf(4, 8),
+                                      weight=_leaf(8, seed=1), eps=1e-5),
 }
 
 
