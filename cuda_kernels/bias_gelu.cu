@@ -8,11 +8,6 @@ namespace {
 
 using namespace detail;
 
-__device__ __forceinline__ float erf_acc(float x) { return erff(x); }
-__device__ __forceinline__ double erf_acc(double x) { return erf(x); }
-__device__ __forceinline__ float tanh_acc(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_acc(double x) { return tanh(x); }
-
 /// GELU with the constants and operation order of ATen's CUDA GeluKernel.
 template <bool kTanh, typename A>
 __device__ __forceinline__ A gelu(A x) {

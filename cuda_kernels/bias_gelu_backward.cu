@@ -9,13 +9,6 @@ namespace {
 
 using namespace detail;
 
-__device__ __forceinline__ float erf_acc(float x) { return erff(x); }
-__device__ __forceinline__ double erf_acc(double x) { return erf(x); }
-__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
-__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
-__device__ __forceinline__ float tanh_acc(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_acc(double x) { return tanh(x); }
-
 /// gelu'(s) (formulas: plugin/ops/bias_gelu_backward.cpp); the exact form's s phi(s) with s
 /// capped at +-40, where phi is 0 already (s = +-inf: the limits 1 and 0).
 template <bool kTanh, typename A>

@@ -101,6 +101,16 @@ struct AccType<double> {
 template <typename T>
 using acc_t = typename AccType<T>::type;
 
+/// Math in the accumulate type: the float or double CUDA function, by overload.
+__device__ __forceinline__ float erf_acc(float x) { return erff(x); }
+__device__ __forceinline__ double erf_acc(double x) { return erf(x); }
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+__device__ __forceinline__ float tanh_acc(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_acc(double x) { return tanh(x); }
+__device__ __forceinline__ float rsqrt_acc(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double rsqrt_acc(double x) { return rsqrt(x); }
+
 __device__ __forceinline__ float to_acc(float x) { return x; }
 __device__ __forceinline__ double to_acc(double x) { return x; }
 __device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }

@@ -10,9 +10,6 @@ namespace {
 
 using namespace detail;
 
-__device__ __forceinline__ float rsqrt_acc(float x) { return rsqrtf(x); }
-__device__ __forceinline__ double rsqrt_acc(double x) { return rsqrt(x); }
-
 template <typename T, int VEC, bool kBlockPerRow>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)
     fused_add_rms_norm_kernel(T* __restrict__ input, T* __restrict__ residual,

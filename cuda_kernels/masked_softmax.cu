@@ -11,9 +11,6 @@ namespace {
 
 using namespace detail;
 
-__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
-__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
-
 /// VEC elements of the mask at row + offset (all kept when kHasMask is false; row is then
 /// null and never offset).
 template <bool kHasMask, int VEC>

@@ -10,9 +10,6 @@ namespace {
 
 using namespace detail;
 
-__device__ __forceinline__ float rsqrt_acc(float x) { return rsqrtf(x); }
-__device__ __forceinline__ double rsqrt_acc(double x) { return rsqrt(x); }
-
 /// VEC elements per load; VEC divides cols and the pointers are VEC * sizeof(T) aligned.
 template <typename T, int VEC, bool kBlockPerRow>
 __global__ void __launch_bounds__(kMaxBlockThreads, kRowMinBlocksPerSm)

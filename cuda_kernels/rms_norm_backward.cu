@@ -11,9 +11,6 @@ using namespace detail;
 
 constexpr int kRowThreads = 256;  // threads per row block
 
-__device__ __forceinline__ float rsqrt_acc(float x) { return rsqrtf(x); }
-__device__ __forceinline__ double rsqrt_acc(double x) { return rsqrt(x); }
-
 template <typename T>
 __global__ void rms_norm_bwd_rows_kernel(const T* grad, const T* input,
                                          const T* __restrict__ weight, T* grad_input,

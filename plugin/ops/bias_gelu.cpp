@@ -2,6 +2,7 @@
 
 #include "detail/bias_gelu.h"
 #include "detail/checks.h"
+#include "detail/fused_backward.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -57,10 +58,7 @@ BiasGeluSaved bias_gelu_save(const BiasGeluArgs& a, const at::Tensor& /*output*/
 // which it shards as it shards them (the backward op's rule covers last-dim shards only).
 BiasGeluGrads bias_gelu_backward(const BiasGeluSaved& s, const at::Tensor& grad) {
   const BiasGeluBackwardArgs a{grad, s.input, s.bias, s.tanh ? "tanh" : "none"};
-  const auto subclass = [](const at::Tensor& t) {
-    return t.key_set().has(c10::DispatchKey::Python);
-  };
-  auto [grad_input, grad_bias] = subclass(grad) || subclass(s.input) || subclass(s.bias)
+  auto [grad_input, grad_bias] = detail::any_subclass({&grad, &s.input, &s.bias})
                                      ? detail::bias_gelu_backward_composite(a)
                                      : bias_gelu_backward_op()(a);
   return {std::move(grad_input), std::move(grad_bias)};

@@ -2,6 +2,7 @@
 
 #include "detail/clamp_count.h"
 #include "detail/checks.h"
+#include "detail/fused_backward.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -52,11 +53,8 @@ ClampCountSaved clamp_count_save(const ClampCountArgs& a, const ClampCountResult
 ClampCountGrads clamp_count_backward(const ClampCountSaved& s, const at::Tensor& grad,
                                      const at::Tensor& /*grad_clamped*/) {
   const ClampCountBackwardArgs a{grad, s.input, s.min, s.max};
-  const auto subclass = [](const at::Tensor& t) {
-    return t.key_set().has(c10::DispatchKey::Python);
-  };
-  return {subclass(grad) || subclass(s.input) ? detail::clamp_count_backward_composite(a)
-                                              : clamp_count_backward_op()(a)};
+  return {detail::any_subclass({&grad, &s.input}) ? detail::clamp_count_backward_composite(a)
+                                                  : clamp_count_backward_op()(a)};
 }
 
 // JVP: d output = dx where min <= x <= max (as the backward), 0 elsewhere; the count is an

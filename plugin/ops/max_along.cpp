@@ -2,6 +2,7 @@
 
 #include "detail/max_along.h"
 #include "detail/checks.h"
+#include "detail/fused_backward.h"
 #include "detail/samples.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -64,11 +65,7 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
   // rule for scatter_), which take the out-of-place op; under grad mode both record the same
   // graph (the zeros are no leaf of it).
   at::Tensor grad_input = g.new_zeros_symint(s.input_sizes);
-  const c10::DispatchKeySet wrapped({c10::DispatchKey::Python, c10::DispatchKey::FuncTorchBatched,
-                                     c10::DispatchKey::FuncTorchGradWrapper});
-  if (g.key_set().has_any(wrapped) || idx.key_set().has_any(wrapped)) {
-    return {grad_input.scatter(s.dim, idx, g)};
-  }
+  if (detail::any_subclass_or_functorch({&g, &idx})) return {grad_input.scatter(s.dim, idx, g)};
   return {grad_input.scatter_(s.dim, idx, g)};
 }
 

@@ -2,6 +2,7 @@
 
 #include "detail/rms_norm.h"
 #include "detail/checks.h"
+#include "detail/fused_backward.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -60,11 +61,8 @@ RmsNormSaved rms_norm_save(const RmsNormArgs& a, const at::Tensor& /*output*/) {
 // fake tensors: their Python key), which handle ATen ops as they handle them in the forward.
 RmsNormGrads rms_norm_backward(const RmsNormSaved& s, const at::Tensor& grad) {
   const RmsNormBackwardArgs a{grad, s.input, s.weight, s.eps};
-  const auto subclass = [](const at::Tensor& t) {
-    return t.key_set().has(c10::DispatchKey::Python);
-  };
   auto [grad_input, grad_weight] =
-      at::GradMode::is_enabled() || subclass(grad) || subclass(s.input) || subclass(s.weight)
+      at::GradMode::is_enabled() || detail::any_subclass({&grad, &s.input, &s.weight})
           ? detail::rms_norm_backward_composite(a)
           : rms_norm_backward_op()(a);
   return {std::move(grad_input), std::move(grad_weight)};
