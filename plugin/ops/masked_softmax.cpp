@@ -2,6 +2,7 @@
 
 #include "detail/masked_softmax.h"
 #include "detail/checks.h"
+#include "detail/fused_backward.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -52,13 +53,14 @@ MaskedSoftmaxSaved masked_softmax_save(const MaskedSoftmaxArgs& a, const at::Ten
 
 // Softmax's VJP over the kept elements: grad_input = y * (g - sum(g * y, dim)). Masked
 // positions (and fully masked slices) have y = 0, so they get 0 without looking at the mask.
+// The op customop::masked_softmax_backward (masked_softmax_backward.cpp has its formulas), one
+// pass of its kernels per slice; a tensor subclass (DTensor, fake tensors: the Python key) takes
+// the same formula in ATen ops, which it handles as in the forward.
 MaskedSoftmaxGrads masked_softmax_backward(const MaskedSoftmaxSaved& s, const at::Tensor& grad) {
-  const auto dtype = s.output.scalar_type();
-  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
-  const at::Tensor y = s.output.to(acc);
-  const at::Tensor gy = grad.to(acc) * y;
-  const at::Tensor grad_input = gy - y * gy.sum(s.dim, /*keepdim=*/true);
-  return {grad_input.to(dtype), std::nullopt};
+  const MaskedSoftmaxBackwardArgs a{grad, s.output, s.dim};
+  return {detail::any_subclass({&grad, &s.output}) ? detail::masked_softmax_backward_composite(a)
+                                                   : masked_softmax_backward_op()(a),
+          std::nullopt};
 }
 
 // JVP of softmax over the kept elements: dy = y * (dx - sum(y * dx, dim)); masked positions

@@ -12,7 +12,8 @@ from . import _schema_py
 # NB: rms_norm_ and bias_gelu_ are the in-place variants of rms_norm and bias_gelu
 # (op.inplace_variant(): the result written into the first argument).
 BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "bias_gelu_backward", "clamp_count",
-                "clamp_count_backward", "fused_add_rms_norm_", "masked_softmax", "max_along",
+                "clamp_count_backward", "fused_add_rms_norm_", "masked_softmax",
+                "masked_softmax_backward", "max_along",
                 "paged_kv_write", "rms_norm", "rms_norm_", "rms_norm_backward", "weighted_sum")
 
 
@@ -37,6 +38,7 @@ clamp_count = _wrap("clamp_count")
 clamp_count_backward = _wrap("clamp_count_backward")
 fused_add_rms_norm_ = _wrap("fused_add_rms_norm_")
 masked_softmax = _wrap("masked_softmax")
+masked_softmax_backward = _wrap("masked_softmax_backward")
 max_along = _wrap("max_along")
 paged_kv_write = _wrap("paged_kv_write")
 rms_norm = _wrap("rms_norm")

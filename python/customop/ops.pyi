@@ -25,6 +25,9 @@ def fused_add_rms_norm_(input: Tensor, residual: Tensor, weight: Tensor, eps: fl
 def masked_softmax(input: Tensor, mask: Tensor | None, dim: int) -> Tensor:
     """customop::masked_softmax(Tensor input, Tensor? mask, int dim) -> Tensor"""
 
+def masked_softmax_backward(grad: Tensor, output: Tensor, dim: int) -> Tensor:
+    """customop::masked_softmax_backward(Tensor grad, Tensor output, int dim) -> Tensor"""
+
 def max_along(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """customop::max_along(Tensor input, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
 

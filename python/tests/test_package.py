@@ -45,6 +45,9 @@ CALLS = {
     "bias_gelu_backward": lambda: dict(grad=_leaf(4, 8, seed=2), input=_leaf(4, 8),
                                        bias=_leaf(8, seed=1), approximate="none"),
     "clamp_count_backward": lambda: dict(grad=_leaf(7, seed=1), input=_leaf(7), min=-0.5, max=0.5),
+    "masked_softmax_backward": lambda: dict(grad=_leaf(4, 8, seed=2),
+                                            output=_leaf(4, 8).detach().softmax(-1)
+                                            .requires_grad_(), dim=-1),
     "rms_norm_backward": lambda: dict(grad=_leaf(4, 8, seed=2), input=_leaf(4, 8),
                                       weight=_leaf(8, seed=1), eps=1e-5),
 }

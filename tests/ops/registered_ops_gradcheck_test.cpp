@@ -168,7 +168,8 @@ TEST(RegisteredOps, IncludeEveryBuiltInOp) {
   EXPECT_THAT(names, ::testing::IsSupersetOf(
                          {"customop::bias_gelu", "customop::bias_gelu_backward",
                           "customop::clamp_count", "customop::clamp_count_backward",
-                          "customop::masked_softmax", "customop::max_along", "customop::rms_norm",
+                          "customop::masked_softmax", "customop::masked_softmax_backward",
+                          "customop::max_along", "customop::rms_norm",
                           "customop::rms_norm_backward", "customop::weighted_sum",
                           "customop::fused_add_rms_norm_", "customop::paged_kv_write"}));
 }
