@@ -59,14 +59,15 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
     g = g.unsqueeze(s.dim);
     idx = idx.unsqueeze(s.dim);
   }
-  // new_zeros: a DTensor grad gives a DTensor (a plain at::zeros would mix the two). Written in
-  // place (scatter_: one allocation, where scatter copies the zeros into a second) unless a
-  // tensor is a subclass (DTensor, fake tensors) or a torch.func wrapper (vmap has no batching
-  // rule for scatter_), which take the out-of-place op; under grad mode both record the same
-  // graph (the zeros are no leaf of it).
-  at::Tensor grad_input = g.new_zeros_symint(s.input_sizes);
-  if (detail::any_subclass_or_functorch({&g, &idx})) return {grad_input.scatter(s.dim, idx, g)};
-  return {grad_input.scatter_(s.dim, idx, g)};
+  // Plain tensors: the op customop::max_along_backward, zeros and the scatter in one write pass
+  // of its kernels. A tensor subclass (DTensor, fake tensors) or a torch.func wrapper takes
+  // ATen's zeros + scatter (new_zeros: a DTensor grad gives a DTensor); under grad mode both
+  // record a graph that is linear in g.
+  if (detail::any_subclass_or_functorch({&g, &idx})) {
+    return {g.new_zeros_symint(s.input_sizes).scatter(s.dim, idx, g)};
+  }
+  return {max_along_backward_op()(
+      MaxAlongBackwardArgs{g, idx, s.dim, s.input_sizes[static_cast<size_t>(s.dim)].expect_int()})};
 }
 
 // JVP: the values' tangent is dx at the argmax of each slice (gathered); indices are integers

@@ -13,7 +13,7 @@ from . import _schema_py
 # (op.inplace_variant(): the result written into the first argument).
 BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "bias_gelu_backward", "clamp_count",
                 "clamp_count_backward", "fused_add_rms_norm_", "masked_softmax",
-                "masked_softmax_backward", "max_along",
+                "masked_softmax_backward", "max_along", "max_along_backward",
                 "paged_kv_write", "rms_norm", "rms_norm_", "rms_norm_backward", "weighted_sum")
 
 
@@ -40,6 +40,7 @@ fused_add_rms_norm_ = _wrap("fused_add_rms_norm_")
 masked_softmax = _wrap("masked_softmax")
 masked_softmax_backward = _wrap("masked_softmax_backward")
 max_along = _wrap("max_along")
+max_along_backward = _wrap("max_along_backward")
 paged_kv_write = _wrap("paged_kv_write")
 rms_norm = _wrap("rms_norm")
 rms_norm_ = _wrap("rms_norm_")

@@ -31,6 +31,9 @@ def masked_softmax_backward(grad: Tensor, output: Tensor, dim: int) -> Tensor:
 def max_along(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """customop::max_along(Tensor input, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
 
+def max_along_backward(grad: Tensor, indices: Tensor, dim: int, size: int) -> Tensor:
+    """customop::max_along_backward(Tensor grad, Tensor indices, int dim, int size) -> Tensor"""
+
 def paged_kv_write(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor) -> None:
     """customop::paged_kv_write(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping) -> ()"""
 

@@ -48,6 +48,8 @@ CALLS = {
     "masked_softmax_backward": lambda: dict(grad=_leaf(4, 8, seed=2),
                                             output=_leaf(4, 8).detach().softmax(-1)
                                             .requires_grad_(), dim=-1),
+    "max_along_backward": lambda: dict(grad=_leaf(4, 1, seed=2),
+                                       indices=torch.tensor([[3], [0], [7], [5]]), dim=1, size=8),
     "rms_norm_backward": lambda: dict(grad=_leaf(4, 8, seed=2), input=_leaf(4, 8),
                                       weight=_leaf(8, seed=1), eps=1e-5),
 }

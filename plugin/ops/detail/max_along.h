@@ -1,7 +1,9 @@
 #pragma once
-// What the files of customop::max_along share: the argument checks and the kernels.
+// What the files of customop::max_along and customop::max_along_backward share: the argument
+// checks, the kernels and the ATen formula of the backward.
 
 #include <customop/ops/max_along.h>
+#include <customop/ops/max_along_backward.h>
 
 #include <vector>
 
@@ -30,5 +32,16 @@ std::vector<Size> max_along_out_sizes(c10::ArrayRef<Size> input_sizes, int64_t d
 /// cuda/max_along_cuda.cpp).
 void max_along_cpu(const MaxAlongArgs& args, const MaxAlongResult& out);
 void max_along_cuda(const MaxAlongArgs& args, const MaxAlongResult& out);
+
+/// Checks of max_along_backward for a kernel of `device`. Returns dim wrapped into
+/// [0, grad.dim()).
+int64_t check_max_along_backward(const MaxAlongBackwardArgs& args, c10::DeviceType device);
+
+/// The backward kernels (cpu/max_along_backward_cpu.cpp, cuda/max_along_backward_cuda.cpp).
+void max_along_backward_cpu(const MaxAlongBackwardArgs& args, const at::Tensor& out);
+void max_along_backward_cuda(const MaxAlongBackwardArgs& args, const at::Tensor& out);
+
+/// max_along_backward in ATen ops (zeros, then scatter): its reference.
+at::Tensor max_along_backward_composite(const MaxAlongBackwardArgs& args);
 
 }  // namespace customop::ops::detail
