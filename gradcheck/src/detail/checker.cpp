@@ -199,8 +199,8 @@ class Checker {
       if (!a.defined() || !b.defined() || !at::isFloatingType(a.scalar_type())) continue;
       if (a.sizes() != b.sizes()) continue;  // the stability check reports it
       const at::Tensor da = flat_double(a), db = flat_double(b);
-      // Once per output, not per perturbation: ATen's allclose (NaN matches NaN, |a - b| finite).
-      if (at::allclose(da, db, tol_.rtol, tol_.atol, /*equal_nan=*/true)) continue;
+      // Once per output, not per perturbation: allclose's rule (NaN matches NaN, |a - b| finite).
+      if (all_close(values_of(da), values_of(db), tol_.rtol, tol_.atol)) continue;
       const double worst = (da - db).abs().max().item<double>();
       fail(Check::kForwardGradMode, -1, -1,
            "forward output " + std::to_string(o) + " ('" + out_name(o) +
@@ -433,14 +433,11 @@ class Checker {
       rows[j] = at::zeros({m, c_.leaves[j].numel()}, at::kDouble);
     }
     for (int64_t r = 0; r < m; ++r) {
-      at::Tensor g = at::zeros({m}, y.options().requires_grad(false));
-      g.select(0, r).fill_(1);
-      g = g.view(y.sizes());
-      const auto grads = vjp({y}, {g}, c_.leaves, result_.counts);
+      const auto grads = vjp({y}, {one_hot_like(y, r)}, c_.leaves, result_.counts);
       note_grad_metadata(grads);
       for (std::size_t j = 0; j < num_inputs_; ++j) {
         const at::Tensor row = to_rows(grads, j);
-        if (row.numel() == rows[j].size(1)) rows[j][r].copy_(row);
+        if (row.numel() == rows[j].size(1)) set_row(rows[j], r, row);
       }
     }
     return rows;

@@ -5,9 +5,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
 namespace customop::gradcheck::detail {
 
@@ -44,111 +47,204 @@ double subnormal_spacing_of(double u) {
   return subnormal_spacing(at::kDouble);
 }
 
-/// max(t), NaN counted as +inf; 0 for an empty t.
-double nan_max(const at::Tensor& t) {
-  if (t.numel() == 0) return 0.0;
-  const at::Tensor clean = at::where(at::isnan(t), at::full_like(t, INFINITY), t);
-  return clean.max().item<double>();
+/// `t` as a contiguous float64 CPU tensor: itself when it is one (no dispatch), else a copy.
+at::Tensor dense_double(const at::Tensor& t) {
+  if (t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous()) return t;
+  return t.detach().to(at::kCPU, at::kDouble).contiguous();
 }
+
+/// a, or NaN when a or b is NaN, else the larger: at::maximum's rule.
+inline double max_nan(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return NAN;
+  return a >= b ? a : b;
+}
+
+/// The lower median of row[0..n) (n > 0), NaN when it holds a NaN: torch.median(dim)'s rule.
+double lower_median(const double* row, int64_t n, std::vector<double>& scratch) {
+  scratch.assign(row, row + n);
+  for (const double v : scratch) {
+    if (std::isnan(v)) return NAN;
+  }
+  const auto mid = scratch.begin() + (n - 1) / 2;
+  std::nth_element(scratch.begin(), mid, scratch.end());
+  return *mid;
+}
+
+/// NaN counted as +inf.
+inline double nan_as_inf(double v) { return std::isnan(v) ? INFINITY : v; }
 
 }  // namespace
 
-BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, double u_ana,
+// The comparison runs as loops over the block's float64 entries (detail/values.h: on these
+// small blocks each ATen call costs more than its arithmetic). Each entry's arithmetic is the
+// element-wise formula below, in the order written, so every bound rounds as the tensor
+// expressions it replaced did.
+BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, double u_ana,
                            double nondet_tol, const Tolerances& tol, bool detect_nd,
                            c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes) {
   BlockCompare out;
   PairReport& p = out.pair;
-  at::Tensor num = nb.value;
+  const at::Tensor value = dense_double(nb.value);
+  const int64_t rows = value.size(0), cols = value.size(1), count = rows * cols;
+  const at::Tensor ana_t = dense_double(ana_in);
+  const double* num0 = value.const_data_ptr<double>();
+  const double* ana = ana_t.const_data_ptr<double>();
+  const at::Tensor err_t = dense_double(nb.error);
+  const double* error = err_t.const_data_ptr<double>();
   const bool sides = nb.left.defined();
-  const at::Tensor jump = sides ? (nb.right - nb.left).abs() : at::zeros_like(num);
-  const at::Tensor scale = sides ? at::maximum(nb.left.abs(), nb.right.abs()) : num.abs();
-  at::Tensor estimate, rounding, kink;
+  at::Tensor left_t, right_t, noise_t;
+  const double *left = nullptr, *right = nullptr, *noise = nullptr;
+  if (sides) {
+    left_t = dense_double(nb.left);
+    right_t = dense_double(nb.right);
+    left = left_t.const_data_ptr<double>();
+    right = right_t.const_data_ptr<double>();
+  }
+  if (nb.noise.defined()) {
+    noise_t = dense_double(nb.noise);
+    noise = noise_t.const_data_ptr<double>();
+  }
+  const auto jump_at = [&](int64_t e) { return sides ? std::abs(right[e] - left[e]) : 0.0; };
+  const auto scale_at = [&](int64_t e) {
+    return sides ? max_nan(std::abs(left[e]), std::abs(right[e])) : std::abs(num0[e]);
+  };
+
+  // Per entry: the numerical value judged, its error estimate, the analytical rounding bound,
+  // the kink flag, |ana - num|, the tolerance.
+  std::vector<double> num(num0, num0 + count), estimate(count), rounding(count, 0.0), diff(count),
+      rel(count);
+  std::vector<uint8_t> kink(count), bad(count), nd(count, 0);
+  at::Tensor tolm_t = at::empty({rows, cols}, at::kDouble);
+  double* tolm = tolm_t.mutable_data_ptr<double>();
   if (tol.estimated) {
     constexpr double S = kEstimateSafety;
-    const at::Tensor half = jump / 2;
-    const at::Tensor pooled = num.size(1) > 0 ? std::get<0>(half.median(1, /*keepdim=*/true))
-                                              : at::zeros({num.size(0), 1}, at::kDouble);
-    const at::Tensor noise = nb.noise.defined() ? nb.noise : at::zeros_like(num);
+    // The spread of each row's one-sided differences: the median over its entries.
+    std::vector<double> pooled(static_cast<std::size_t>(rows), 0.0), half_row, scratch;
+    for (int64_t r = 0; r < rows && cols > 0; ++r) {
+      half_row.resize(static_cast<std::size_t>(cols));
+      for (int64_t c = 0; c < cols; ++c) half_row[c] = jump_at(r * cols + c) / 2;
+      pooled[r] = lower_median(half_row.data(), cols, scratch);
+    }
     // The backward's rounding scales with its intermediate terms, which can cancel to an
     // entry far smaller than them (gelu's derivative at x = -3 is ~1e-4 from terms ~1): the
     // largest entry of the block stands in for their size.
     // (NaN and inf entries fail on their own; they do not widen the others' bounds.)
-    const at::Tensor block_max = ana.numel() > 0 ? at::nan_to_num(ana.abs(), 0.0, 0.0, 0.0).max()
-                                                 : at::zeros({}, at::kDouble);
+    double block_max = 0;
+    for (int64_t e = 0; e < count; ++e) {
+      const double a = std::abs(ana[e]);
+      if (std::isfinite(a)) block_max = std::max(block_max, a);
+    }
     // Ridders' tableau combines differences with weights whose magnitudes add up to about
     // ((c^2 + 1) / (c^2 - 1))^3 ~ 4.6 for c = 2 over three orders: rounding noise at the
     // smallest step grows by that much in the extrapolated value.
     const double amplification = nb.extrapolated ? 5.0 : 1.0;
-    const at::Tensor rest =
-        S * (nb.error + amplification * pooled + noise_weight(nb.extrapolated) * noise);
-    rounding =
-        S * 16 * u_ana * (ana.abs() + block_max) + nondet_tol + S * subnormal_spacing_of(u_ana);
-    kink = jump > 0.1 * scale + rest + rounding;
-    const at::Tensor smooth = nb.extrapolated ? at::zeros_like(half) : half;
-    if (detect_nd && sides) {
-      // At a kink: the values between the one-sided derivatives, around their midpoint (the
-      // central difference at the smallest step; an extrapolation across a kink means nothing).
-      num = at::where(kink, (nb.left + nb.right) / 2, num);
-      estimate = at::where(kink, half, smooth) + rest;
-    } else {
-      // At a kink without detection, the central difference alone judges (torch's behaviour).
-      estimate = at::where(kink, at::zeros_like(half), smooth) + rest;
+    const double weight = noise_weight(nb.extrapolated);
+    const double round_scale = S * 16 * u_ana;
+    const double floor = S * subnormal_spacing_of(u_ana);
+    for (int64_t e = 0; e < count; ++e) {
+      const double half = jump_at(e) / 2;
+      const double rest =
+          S * (error[e] + amplification * pooled[e / cols] + weight * (noise ? noise[e] : 0.0));
+      rounding[e] = round_scale * (std::abs(ana[e]) + block_max) + nondet_tol + floor;
+      kink[e] = jump_at(e) > 0.1 * scale_at(e) + rest + rounding[e];
+      const double smooth = nb.extrapolated ? 0.0 : half;
+      if (detect_nd && sides) {
+        // At a kink: the values between the one-sided derivatives, around their midpoint (the
+        // central difference at the smallest step; an extrapolation across a kink means
+        // nothing).
+        if (kink[e]) num[e] = (left[e] + right[e]) / 2;
+        estimate[e] = (kink[e] ? half : smooth) + rest;
+      } else {
+        // At a kink without detection, the central difference alone judges (torch's
+        // behaviour).
+        estimate[e] = (kink[e] ? 0.0 : smooth) + rest;
+      }
     }
   } else {
-    estimate = nb.error;
-    rounding = at::zeros_like(num);
     (void)nondet_tol;  // the fixed rule, as torch's: nondet_tol judges reentrancy only
-    kink = jump > at::maximum(tol.atol + tol.rtol * num.abs() + nb.error, 0.1 * scale);
+    for (int64_t e = 0; e < count; ++e) {
+      estimate[e] = error[e];
+      kink[e] = jump_at(e) >
+                max_nan(tol.atol + tol.rtol * std::abs(num[e]) + error[e], 0.1 * scale_at(e));
+    }
   }
-  const at::Tensor diff = (ana - num).abs();
-  const at::Tensor tolm =
-      (tol.estimated ? estimate : tol.atol + tol.rtol * num.abs() + estimate) + rounding;
-  const at::Tensor bad = (diff <= tolm).logical_not();  // NaN counts as bad
-  const at::Tensor nd = detect_nd && sides ? bad & kink : at::zeros_like(bad);
-  const at::Tensor rel = at::where(num != 0, diff / num.abs(), diff);
-  p.entries = num.numel();
-  p.bad_entries = bad.sum().item<int64_t>();
-  p.nondifferentiable_entries = nd.sum().item<int64_t>();
-  p.kink_entries =
-      detect_nd && sides && tol.estimated ? (kink & bad.logical_not()).sum().item<int64_t>() : 0;
-  if (p.kink_entries > 0) p.kink_inputs = (kink & bad.logical_not()).any(0).cpu();
-  if (tol.estimated && num.size(1) > 0) {
-    const at::Tensor row_scale = std::get<0>(num.abs().max(1, /*keepdim=*/true));
-    p.loose_entries = (estimate > 0.01 * row_scale).sum().item<int64_t>();
+  for (int64_t e = 0; e < count; ++e) {
+    diff[e] = std::abs(ana[e] - num[e]);
+    tolm[e] = (tol.estimated ? estimate[e] : tol.atol + tol.rtol * std::abs(num[e]) + estimate[e]) +
+              rounding[e];
+    bad[e] = !(diff[e] <= tolm[e]);  // NaN counts as bad
+    nd[e] = detect_nd && sides && bad[e] && kink[e];
+    rel[e] = num[e] != 0 ? diff[e] / std::abs(num[e]) : diff[e];
+  }
+  p.entries = count;
+  p.bad_entries = std::count(bad.begin(), bad.end(), uint8_t{1});
+  p.nondifferentiable_entries = std::count(nd.begin(), nd.end(), uint8_t{1});
+  if (detect_nd && sides && tol.estimated) {
+    at::Tensor inputs = at::zeros({cols}, at::kBool);
+    bool* flag = inputs.mutable_data_ptr<bool>();
+    for (int64_t e = 0; e < count; ++e) {
+      if (kink[e] && !bad[e]) {
+        ++p.kink_entries;
+        flag[e % cols] = true;
+      }
+    }
+    if (p.kink_entries > 0) p.kink_inputs = inputs;
+  }
+  if (tol.estimated && cols > 0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double row_scale = -INFINITY;  // max |num| of the row, NaN if any
+      for (int64_t c = 0; c < cols; ++c)
+        row_scale = max_nan(row_scale, std::abs(num[r * cols + c]));
+      for (int64_t c = 0; c < cols; ++c)
+        p.loose_entries += estimate[r * cols + c] > 0.01 * row_scale;
+    }
   }
   p.passed = p.bad_entries == 0;
-  p.worst_abs_error = nan_max(diff);
-  p.worst_rel_error = nan_max(rel);
-  p.tolerance = tolm;
-  const int64_t cols = num.size(1);
+  p.worst_abs_error = 0;
+  p.worst_rel_error = 0;
+  for (int64_t e = 0; e < count; ++e) {
+    p.worst_abs_error = std::max(p.worst_abs_error, nan_as_inf(diff[e]));
+    p.worst_rel_error = std::max(p.worst_rel_error, nan_as_inf(rel[e]));
+  }
+  if (count == 0) {
+    p.worst_abs_error = p.worst_rel_error = 0;
+  }
+  p.tolerance = tolm_t;
   auto element = [&](int64_t flat) {
     ElementReport e;
-    const int64_t r = flat / cols;
-    const int64_t c = flat % cols;
-    e.output_index = unravel(r, out_sizes);
-    e.input_index = unravel(c, in_sizes);
-    e.numerical = num[r][c].item<double>();
-    e.analytical = ana[r][c].item<double>();
-    e.abs_error = diff[r][c].item<double>();
-    e.rel_error = rel[r][c].item<double>();
-    e.tolerance = tolm[r][c].item<double>();
-    e.error_estimate = estimate[r][c].item<double>();
-    e.rounding_bound = rounding[r][c].item<double>();
+    e.output_index = unravel(flat / cols, out_sizes);
+    e.input_index = unravel(flat % cols, in_sizes);
+    e.numerical = num[flat];
+    e.analytical = ana[flat];
+    e.abs_error = diff[flat];
+    e.rel_error = rel[flat];
+    e.tolerance = tolm[flat];
+    e.error_estimate = estimate[flat];
+    e.rounding_bound = rounding[flat];
     return e;
   };
   if (p.entries == 0) return out;
-  at::Tensor score = diff / tolm;
-  score = at::where(at::isnan(score), at::full_like(score, INFINITY), score);
-  // The worst entry: among mismatches that are not at a kink when there are any.
-  const at::Tensor plain_bad = bad & nd.logical_not();
-  at::Tensor pick = score;
-  if (plain_bad.any().item<bool>()) {
-    pick = at::where(plain_bad, score, at::full_like(score, -1.0));
-  }
-  p.worst = element(pick.reshape({-1}).argmax().item<int64_t>());
+  // The worst entry (the first of the largest diff / tolerance, NaN as +inf): among mismatches
+  // that are not at a kink when there are any.
+  const auto score = [&](int64_t e) { return nan_as_inf(diff[e] / tolm[e]); };
+  const auto first_max = [&](auto&& pick) {
+    int64_t best = 0;
+    double top = pick(0);
+    for (int64_t e = 1; e < count; ++e) {
+      const double v = pick(e);
+      if (v > top) {
+        top = v;
+        best = e;
+      }
+    }
+    return best;
+  };
+  bool any_plain_bad = false;
+  for (int64_t e = 0; e < count && !any_plain_bad; ++e) any_plain_bad = bad[e] && !nd[e];
+  p.worst = element(
+      first_max([&](int64_t e) { return !any_plain_bad || (bad[e] && !nd[e]) ? score(e) : -1.0; }));
   if (p.nondifferentiable_entries > 0) {
-    out.worst_nd = element(
-        at::where(nd, score, at::full_like(score, -1.0)).reshape({-1}).argmax().item<int64_t>());
+    out.worst_nd = element(first_max([&](int64_t e) { return nd[e] ? score(e) : -1.0; }));
   }
   return out;
 }

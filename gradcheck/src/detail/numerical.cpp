@@ -104,9 +104,19 @@ at::Tensor Numerical::concat(const std::vector<at::Tensor>& outs) const {
   std::vector<at::Tensor> parts;
   for (std::size_t o = 0; o < outs.size(); ++o) {
     if (rows_[o].first == rows_[o].second) continue;
-    parts.push_back(outs[o].detach().to(at::kCPU, at::kDouble).contiguous().reshape({-1}));
+    parts.push_back(outs[o]);
   }
   if (parts.empty()) return at::zeros({0}, at::kDouble);
+  // One float64 CPU contiguous output (the common case): a plain copy, no dispatch. A copy,
+  // not the output itself: an output may alias an input that the next perturbation changes.
+  if (parts.size() == 1 && parts[0].scalar_type() == at::kDouble && parts[0].device().is_cpu() &&
+      parts[0].is_contiguous()) {
+    const int64_t n = parts[0].numel();
+    const double* src = parts[0].const_data_ptr<double>();
+    return tabulate(n, [&](int64_t k) { return src[k]; });
+  }
+  for (auto& part : parts)
+    part = part.detach().to(at::kCPU, at::kDouble).contiguous().reshape({-1});
   return at::cat(parts);
 }
 
@@ -205,6 +215,70 @@ at::Tensor Numerical::one_sided(std::span<const double> hi, std::span<const doub
   return tabulate(total_, [&](int64_t r) { return (hi[r] - lo[r]) / step; });
 }
 
+namespace {
+
+/// Writes elements of a CPU work tensor of a floating dtype through its storage, without a
+/// dispatch per element: each value rounded as fill_ and copy_ round it (c10::Scalar's
+/// conversion), and returned as stored. Other tensors (another device, dtype) are not direct:
+/// the callers take ATen ops there.
+class StorageWriter {
+ public:
+  explicit StorageWriter(at::Tensor& t)
+      : t_(t),
+        direct_(t.device().is_cpu() &&
+                (t.scalar_type() == at::kDouble || t.scalar_type() == at::kFloat ||
+                 t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)) {}
+  bool direct() const { return direct_; }
+  /// Element `offset` of the storage (in elements) = v rounded; returns the stored value.
+  double set(int64_t offset, double v) {
+    void* base = t_.storage().mutable_data();
+    switch (t_.scalar_type()) {
+      case at::kDouble: return store<double>(base, offset, v);
+      case at::kFloat: return store<float>(base, offset, v);
+      case at::kHalf: return store<c10::Half>(base, offset, v);
+      default: return store<c10::BFloat16>(base, offset, v);
+    }
+  }
+  /// After a batch of set(): the version counter moves as fill_'s and copy_'s would.
+  void done() { t_.unsafeGetTensorImpl()->bump_version(); }
+
+ private:
+  template <class T>
+  static double store(void* base, int64_t offset, double v) {
+    T* p = static_cast<T*>(base) + offset;
+    *p = c10::Scalar(v).to<T>();
+    return static_cast<double>(*p);
+  }
+  at::Tensor& t_;
+  bool direct_;
+};
+
+/// One element of a work tensor: StorageWriter where it is direct, else a 0-d view's fill_ and
+/// item.
+class ElementSlot {
+ public:
+  ElementSlot(at::Tensor& t, int64_t offset) : writer_(t), offset_(offset) {
+    if (!writer_.direct()) view_ = t.as_strided({}, {}, offset);
+  }
+  /// Writes v (rounded to the tensor's dtype) and returns the value as stored.
+  double set(double v) {
+    if (!writer_.direct()) {
+      view_.fill_(v);
+      return view_.item<double>();
+    }
+    const double stored = writer_.set(offset_, v);
+    writer_.done();
+    return stored;
+  }
+
+ private:
+  StorageWriter writer_;
+  int64_t offset_;
+  at::Tensor view_;
+};
+
+}  // namespace
+
 Sampled Numerical::sample_element(std::size_t j, int64_t k) {
   at::NoGradGuard no_grad;
   at::Tensor& t = work_[j];
@@ -212,8 +286,8 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
   int64_t offset = t.storage_offset();
   for (std::size_t d = 0; d < index.size(); ++d)
     offset += index[d] * t.stride(static_cast<int64_t>(d));
-  at::Tensor elem = t.as_strided({}, {}, offset);
-  const double x = values_[j][k].item<double>();
+  ElementSlot elem(t, offset);
+  const double x = values_of(values_[j])[static_cast<std::size_t>(k)];
   Sampled s;
   at::Tensor fp, fm;
   double dp = 0, dm = 0;
@@ -222,13 +296,13 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
                          ? rule_.initial * std::max(1.0, std::abs(x)) / std::pow(rule_.shrink, l)
                          : rule_.eps;
     // An infinite element does not move (inf + h is inf): no perturbation, numerical 0.
-    elem.fill_(x + h);
-    dp = std::isfinite(x) ? elem.item<double>() - x : 0.0;
+    const double xp = elem.set(x + h);
+    dp = std::isfinite(x) ? xp - x : 0.0;
     fp = evaluate(j, h, k);
-    elem.fill_(x - h);
-    dm = std::isfinite(x) ? x - elem.item<double>() : 0.0;
+    const double xm = elem.set(x - h);
+    dm = std::isfinite(x) ? x - xm : 0.0;
     fm = evaluate(j, h, k);
-    elem.fill_(x);
+    elem.set(x);
     add_level(s, l, fp, fm, h, dp + dm > 0 ? dp + dm : 2.0 * h,
               at::scalar_tensor((dp + dm) / (2.0 * h), at::kDouble));
   }
@@ -251,6 +325,8 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
   const auto xv = values_of(x), uv = values_of(u);
   TORCH_INTERNAL_ASSERT(uv.size() == xv.size(), "sample_direction: a direction of ", uv.size(),
                         " elements for input ", j, " of ", xv.size());
+  StorageWriter writer(t);
+  const bool direct = writer.direct() && t.is_contiguous();
   Sampled s;
   at::Tensor fp, fm;
   double h = 0;
@@ -259,13 +335,25 @@ Sampled Numerical::sample_direction(std::size_t j, const at::Tensor& u) {
     // The perturbation as applied, (x + h u) - (x - h u) rounded to the input's dtype, read
     // back before the work tensor changes (read() may be a view of it).
     std::vector<double> applied(static_cast<std::size_t>(n));
-    t.copy_(tabulate(n, [&](int64_t k) { return xv[k] + h * uv[k]; }).view(sizes));
-    add_to(applied, read(), 1.0);
-    fp = evaluate(j, h, -1);
-    t.copy_(tabulate(n, [&](int64_t k) { return xv[k] - h * uv[k]; }).view(sizes));
-    add_to(applied, read(), -1.0);
-    fm = evaluate(j, h, -1);
-    t.copy_(x.view(sizes));
+    if (direct) {  // a contiguous CPU work tensor: written through its storage
+      const int64_t at0 = t.storage_offset();
+      for (int64_t k = 0; k < n; ++k) applied[k] = writer.set(at0 + k, xv[k] + h * uv[k]);
+      writer.done();
+      fp = evaluate(j, h, -1);
+      for (int64_t k = 0; k < n; ++k) applied[k] -= writer.set(at0 + k, xv[k] - h * uv[k]);
+      writer.done();
+      fm = evaluate(j, h, -1);
+      for (int64_t k = 0; k < n; ++k) writer.set(at0 + k, xv[k]);
+      writer.done();
+    } else {
+      t.copy_(tabulate(n, [&](int64_t k) { return xv[k] + h * uv[k]; }).view(sizes));
+      add_to(applied, read(), 1.0);
+      fp = evaluate(j, h, -1);
+      t.copy_(tabulate(n, [&](int64_t k) { return xv[k] - h * uv[k]; }).view(sizes));
+      add_to(applied, read(), -1.0);
+      fm = evaluate(j, h, -1);
+      t.copy_(x.view(sizes));
+    }
     for (auto& a : applied) a = std::isfinite(a) ? a : 0.0;  // infinite elements do not move
     add_level(s, l, fp, fm, h, 2.0 * h,
               tabulate(n, [&](int64_t k) { return applied[k] / (2.0 * h); }));

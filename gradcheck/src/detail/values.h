@@ -60,4 +60,43 @@ inline double max_abs_diff(std::span<const double> a, std::span<const double> b)
   return worst;
 }
 
+/// A one-hot cotangent shaped like `like` (its dtype and device, no grad): 1 at flat element r.
+/// A CPU float64/float32 one is written through its pointer; any other through select/fill_.
+inline at::Tensor one_hot_like(const at::Tensor& like, int64_t r) {
+  at::Tensor g = at::zeros({like.numel()}, like.options().requires_grad(false));
+  if (g.device().is_cpu() && g.scalar_type() == at::kDouble) {
+    g.mutable_data_ptr<double>()[r] = 1.0;
+  } else if (g.device().is_cpu() && g.scalar_type() == at::kFloat) {
+    g.mutable_data_ptr<float>()[r] = 1.0f;
+  } else {
+    g.select(0, r).fill_(1);
+  }
+  return g.view(like.sizes());
+}
+
+/// block[r, :] = row (block float64 CPU contiguous [m, n]; row n elements, flat float64 CPU
+/// contiguous).
+inline void set_row(at::Tensor& block, int64_t r, const at::Tensor& row) {
+  const auto v = values_of(row);
+  TORCH_INTERNAL_ASSERT(block.is_contiguous() && block.scalar_type() == at::kDouble &&
+                            static_cast<int64_t>(v.size()) == block.size(1),
+                        "set_row: a row of ", v.size(), " for a block ", block.sizes());
+  double* dst = block.mutable_data_ptr<double>() + r * block.size(1);
+  for (std::size_t k = 0; k < v.size(); ++k) dst[k] = v[k];
+}
+
+/// ATen's allclose(a, b, rtol, atol, equal_nan=true) over two spans of one length: each pair
+/// equal (infinities of one sign included), both NaN, or |a - b| finite and
+/// <= atol + |rtol b|.
+inline bool all_close(std::span<const double> a, std::span<const double> b, double rtol,
+                      double atol) {
+  TORCH_INTERNAL_ASSERT(a.size() == b.size(), "all_close: ", a.size(), " vs ", b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    if (a[k] == b[k] || (std::isnan(a[k]) && std::isnan(b[k]))) continue;
+    const double actual = std::abs(a[k] - b[k]);
+    if (!(std::isfinite(actual) && actual <= atol + std::abs(rtol * b[k]))) return false;
+  }
+  return true;
+}
+
 }  // namespace customop::gradcheck::detail
