@@ -7,6 +7,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/rsqrt.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -87,6 +88,36 @@ RmsNormBackwardGrads rms_norm_backward_double_backward(const RmsNormBackwardArgs
   return {vjp[0], vjp[1], vjp[2]};
 }
 
+// JVP, differentiated by hand from the formula above (per row, means over the last dim):
+//   r = rsqrt(mean(x^2) + eps),  dr = -r^3 mean(x dx)
+//   xhat = x r,                  dxhat = dx r + x dr
+//   gw = g w,                    dgw = dg w + g dw
+//   m = mean(gw xhat),           dm = mean(dgw xhat + gw dxhat)
+//   d grad_input  = dr (gw - xhat m) + r (dgw - dxhat m - xhat dm)
+//   d grad_weight = (dg xhat + g dxhat) summed over every leading dim
+// A tangent that is not given counts as 0. float16/bfloat16 in float32, as the formula.
+RmsNormBackwardResult rms_norm_backward_jvp(const RmsNormBackwardArgs& p,
+                                            const RmsNormBackwardArgs& t,
+                                            const RmsNormBackwardResult& /*out*/) {
+  if (!t.grad.defined() && !t.input.defined() && !t.weight.defined()) return {};
+  const auto dtype = p.input.scalar_type();
+  const auto acc = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  const at::Tensor x = p.input.to(acc), w = p.weight.to(acc), g = p.grad.to(acc);
+  const auto tangent = [&](const at::Tensor& d, const at::Tensor& like) {
+    return d.defined() ? d.to(acc) : at::zeros_like(like);
+  };
+  const at::Tensor dx = tangent(t.input, x), dw = tangent(t.weight, w), dg = tangent(t.grad, g);
+  const at::Tensor r = at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + p.eps);
+  const at::Tensor dr = -(r * r * r) * (x * dx).mean(-1, /*keepdim=*/true);
+  const at::Tensor xhat = x * r, dxhat = dx * r + x * dr;
+  const at::Tensor gw = g * w, dgw = dg * w + g * dw;
+  const at::Tensor m = (gw * xhat).mean(-1, /*keepdim=*/true);
+  const at::Tensor dm = (dgw * xhat + gw * dxhat).mean(-1, /*keepdim=*/true);
+  const at::Tensor d_input = dr * (gw - xhat * m) + r * (dgw - dxhat * m - xhat * dm);
+  const at::Tensor d_weight = (dg * xhat + g * dxhat).sum_to_size_symint(w.sym_sizes());
+  return {d_input.to(dtype), d_weight.to(dtype)};
+}
+
 std::tuple<TensorSpec, TensorSpec> rms_norm_backward_shape(const RmsNormBackwardArgs& a) {
   detail::check_rms_norm_backward(a, a.input.device().type());
   return {TensorSpec::like(a.input), TensorSpec::like(a.weight)};
@@ -132,6 +163,7 @@ Op<RmsNormBackwardArgs, RmsNormBackwardResult>& rms_norm_backward_op() {
     // Autocast: float32, as rms_norm.
     o.autocast(AutocastPolicy::kFloat32);
     o.impl_autograd(&rms_norm_backward_save, &rms_norm_backward_double_backward);
+    o.impl_jvp(&rms_norm_backward_jvp);
     // vmap: grad_weight sums the rows, so a batch folded into them would be summed too.
     o.vmap(customop::BatchRule::loop());
     o.samples(&rms_norm_backward_samples);

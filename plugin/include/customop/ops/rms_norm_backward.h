@@ -39,7 +39,8 @@ using RmsNormBackwardResult = std::tuple<at::Tensor, at::Tensor>;
 /// when it runs without grad mode on plain tensors, the ordinary backward of a training step;
 /// a backward with create_graph=True, torch.func's transforms and tensor subclasses (DTensor,
 /// fake tensors) run the same formula in ATen ops. Its own backward differentiates that ATen
-/// formula (double backward to any order); it has no JVP, and vmap runs it one example at a time.
+/// formula (double backward to any order); its JVP is that formula's differential, derived by
+/// hand (rms_norm_backward.cpp); vmap runs it one example at a time.
 /// \returns the op `customop::rms_norm_backward`, registered when libcustomop_ops loads.
 /// \throws as rms_norm for input, weight and eps; c10::Error naming `grad` when its device or
 ///         shape is not input's, c10::TypeError when its dtype is not input's.
