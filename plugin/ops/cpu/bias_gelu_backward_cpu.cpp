@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
-#include <vector>
 
 namespace customop::ops::cpu {
 
@@ -112,13 +112,12 @@ void run(const BiasGeluBackwardCpuParams& p) {
   T* gi = static_cast<T*>(p.grad_input);
   T* gb = static_cast<T*>(p.grad_bias);
   const int64_t rows = p.rows, cols = p.cols;
-  std::vector<A> bias(static_cast<size_t>(cols));
-  std::copy(static_cast<const T*>(p.bias), static_cast<const T*>(p.bias) + cols, bias.begin());
-  const A* b = bias.data();
+  std::unique_ptr<A[]> bias_storage;
+  const A* b = widened(static_cast<const T*>(p.bias), cols, bias_storage);
   const int64_t threads = at::get_num_threads();
   if (rows >= 4 * threads) {
-    std::vector<A> sums(static_cast<size_t>(cols));
-    for_rows_summing_columns(rows, cols, sums.data(), [&](int64_t r, A* acc) {
+    const std::unique_ptr<A[]> sums = uninitialized<A>(cols);
+    for_rows_summing_columns(rows, cols, sums.get(), [&](int64_t r, A* acc) {
       segment<T, kTanh>(g + r * cols, x + r * cols, b, gi + r * cols, acc, cols);
     });
     for (int64_t j = 0; j < cols; ++j) gb[j] = static_cast<T>(sums[static_cast<size_t>(j)]);
@@ -126,9 +125,9 @@ void run(const BiasGeluBackwardCpuParams& p) {
     // Columns per chunk, every row: each column's sum stays with one thread.
     const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows, 1));
     at::parallel_for(0, cols, grain, [&](int64_t j0, int64_t j1) {
-      std::vector<A> acc(static_cast<size_t>(j1 - j0), A(0)), block(acc.size());
+      const std::unique_ptr<A[]> acc = uninitialized<A>(j1 - j0), block = uninitialized<A>(j1 - j0);
       {
-        BlockedSum<A> sum(acc.data(), block.data(), j1 - j0);
+        BlockedSum<A> sum(acc.get(), block.get(), j1 - j0);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t o = r * cols + j0;
           segment<T, kTanh>(g + o, x + o, b + j0, gi + o, sum.next(), j1 - j0);

@@ -16,8 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
-#include <vector>
 
 namespace customop::ops::cpu {
 
@@ -99,14 +99,24 @@ void run(const RmsNormBackwardCpuParams& p) {
   const T* x = static_cast<const T*>(p.input);
   T* gi = static_cast<T*>(p.grad_input);
   const int64_t rows = p.rows, cols = p.cols;
-  std::vector<A> w(static_cast<size_t>(cols));
-  std::copy(static_cast<const T*>(p.weight), static_cast<const T*>(p.weight) + cols, w.begin());
-  std::vector<A> sums(static_cast<size_t>(cols));
-  for_rows_summing_columns(rows, cols, sums.data(), [&](int64_t r, A* acc) {
-    row<T>(g + r * cols, x + r * cols, w.data(), gi + r * cols, acc, cols, static_cast<A>(p.eps));
-  });
+  std::unique_ptr<A[]> w_storage;
+  const A* w = widened(static_cast<const T*>(p.weight), cols, w_storage);
+  // The column sums go straight to grad_weight when it holds A; through a buffer otherwise.
   T* gw = static_cast<T*>(p.grad_weight);
-  for (int64_t j = 0; j < cols; ++j) gw[j] = static_cast<T>(sums[static_cast<size_t>(j)]);
+  std::unique_ptr<A[]> sums_storage;
+  A* sums = nullptr;
+  if constexpr (std::is_same_v<T, A>) {
+    sums = gw;
+  } else {
+    sums_storage = uninitialized<A>(cols);
+    sums = sums_storage.get();
+  }
+  for_rows_summing_columns(rows, cols, sums, [&](int64_t r, A* acc) {
+    row<T>(g + r * cols, x + r * cols, w, gi + r * cols, acc, cols, static_cast<A>(p.eps));
+  });
+  if constexpr (!std::is_same_v<T, A>) {
+    for (int64_t j = 0; j < cols; ++j) gw[j] = static_cast<T>(sums[j]);
+  }
 }
 
 }  // namespace
