@@ -8,15 +8,14 @@
 
 #include "support/device_params.h"
 #include "support/error_message.h"
+#include "support/op_calls.h"
 #include "support/tensor_assertions.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -27,6 +26,7 @@ namespace {
 using customop::ops::BiasGeluBackwardArgs;
 using customop::testing::DeviceTest;
 using customop::testing::error_message;
+using customop::testing::OpCalls;
 using customop::testing::tensors_close;
 using customop::testing::tensors_equal;
 using customop::testing::tolerance_for;
@@ -151,24 +151,14 @@ TEST(BiasGeluBackward, Float32DerivativeAbsoluteError) {
 
 // bias_gelu's backward is this op (one call per backward), on the CPU and on the CUDA device.
 TEST(BiasGeluBackward, BiasGeluBackwardRunsThroughTheOp) {
-  std::atomic<int> calls{0};
-  static std::atomic<int>* counter = nullptr;
-  counter = &calls;
-  const auto handle =
-      at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                                           -> std::unique_ptr<at::ObserverContext> {
-                              if (std::string(fn.name()) == "customop::bias_gelu_backward")
-                                ++*counter;
-                              return nullptr;
-                            }).scopes({at::RecordScope::FUNCTION}));
+  const OpCalls calls("customop::bias_gelu_backward");
   const auto x = at::randn({8, 16}, at::kFloat).requires_grad_();
   const auto b = at::randn({16}, at::kFloat).requires_grad_();
   const auto y = customop::ops::bias_gelu_op()(
       customop::ops::BiasGeluArgs{.input = x, .bias = b, .approximate = "none"});
   const auto g = at::randn({8, 16});
   const auto grads = torch::autograd::grad({y}, {x, b}, {g});
-  at::removeCallback(handle);
-  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(calls.count(), 1);
   const auto [ei, eb] = expected_gelu_grads(g, x.detach(), b.detach(), "none");
   EXPECT_TRUE(tensors_close(grads[0], ei, tolerance_for(at::kFloat)));
   EXPECT_TRUE(tensors_close(grads[1], eb, tolerance_for(at::kFloat)));

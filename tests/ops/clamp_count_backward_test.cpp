@@ -8,14 +8,13 @@
 
 #include "support/device_params.h"
 #include "support/error_message.h"
+#include "support/op_calls.h"
 #include "support/tensor_assertions.h"
 
-#include <ATen/record_function.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -26,6 +25,7 @@ namespace {
 using customop::ops::ClampCountBackwardArgs;
 using customop::testing::DeviceTest;
 using customop::testing::error_message;
+using customop::testing::OpCalls;
 using customop::testing::tensors_equal;
 using ::testing::HasSubstr;
 
@@ -90,22 +90,13 @@ INSTANTIATE_TEST_SUITE_P(Cuda, ClampCountBackwardDevice,
 
 // clamp_count's backward is this op, once per backward.
 TEST(ClampCountBackward, ClampCountBackwardRunsThroughTheOp) {
-  static std::atomic<int> calls{0};
-  calls = 0;
-  const auto handle =
-      at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                                           -> std::unique_ptr<at::ObserverContext> {
-                              if (std::string(fn.name()) == "customop::clamp_count_backward")
-                                ++calls;
-                              return nullptr;
-                            }).scopes({at::RecordScope::FUNCTION}));
+  const OpCalls calls("customop::clamp_count_backward");
   const auto x = at::randn({64}).requires_grad_();
   const auto out = std::get<0>(customop::ops::clamp_count_op()(
       customop::ops::ClampCountArgs{.input = x, .min = -0.5, .max = 0.5}));
   const auto g = at::randn({64});
   const auto grad = torch::autograd::grad({out}, {x}, {g})[0];
-  at::removeCallback(handle);
-  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(calls.count(), 1);
   const auto xd = x.detach();
   EXPECT_TRUE(
       tensors_equal(grad, at::where((xd >= -0.5).logical_and(xd <= 0.5), g, at::zeros_like(g))));

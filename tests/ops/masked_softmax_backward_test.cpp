@@ -8,15 +8,14 @@
 
 #include "support/device_params.h"
 #include "support/error_message.h"
+#include "support/op_calls.h"
 #include "support/tensor_assertions.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -27,6 +26,7 @@ namespace {
 using customop::ops::MaskedSoftmaxBackwardArgs;
 using customop::testing::DeviceTest;
 using customop::testing::error_message;
+using customop::testing::OpCalls;
 using customop::testing::tensors_close;
 using customop::testing::tensors_equal;
 using customop::testing::tolerance_for;
@@ -125,30 +125,6 @@ INSTANTIATE_TEST_SUITE_P(Cuda, MaskedSoftmaxBackwardDevice,
                          ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
-/// Counts the calls of customop::masked_softmax_backward while alive.
-class SoftmaxBackwardCalls {
- public:
-  SoftmaxBackwardCalls() {
-    counter() = 0;
-    handle_ = at::addGlobalCallback(
-        at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                       -> std::unique_ptr<at::ObserverContext> {
-          if (std::string(fn.name()) == "customop::masked_softmax_backward") ++counter();
-          return nullptr;
-        }).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~SoftmaxBackwardCalls() { at::removeCallback(handle_); }
-  SoftmaxBackwardCalls(const SoftmaxBackwardCalls&) = delete;
-  SoftmaxBackwardCalls& operator=(const SoftmaxBackwardCalls&) = delete;
-  static std::atomic<int>& counter() {
-    static std::atomic<int> n{0};
-    return n;
-  }
-
- private:
-  at::CallbackHandle handle_;
-};
-
 at::Tensor masked_softmax_fwd(const at::Tensor& x, const at::Tensor& keep, int64_t dim) {
   return customop::ops::masked_softmax_op()(
       customop::ops::MaskedSoftmaxArgs{.input = x, .mask = keep, .dim = dim});
@@ -169,9 +145,9 @@ TEST(MaskedSoftmaxBackward, MaskedSoftmaxBackwardRunsThroughTheOpToTheThirdOrder
   const auto g = at::randn({4, 6}, at::kDouble).requires_grad_();
   const auto c = at::randn({4, 6}, at::kDouble);
   {
-    const SoftmaxBackwardCalls calls;
+    const OpCalls calls("customop::masked_softmax_backward");
     const auto grad = torch::autograd::grad({masked_softmax_fwd(x, keep, 1)}, {x}, {g})[0];
-    EXPECT_EQ(SoftmaxBackwardCalls::counter().load(), 1);
+    EXPECT_EQ(calls.count(), 1);
     const auto want = torch::autograd::grad({masked_softmax_composite(x, keep, 1)}, {x}, {g})[0];
     EXPECT_TRUE(tensors_close(grad, want, tolerance_for(at::kDouble)));
   }

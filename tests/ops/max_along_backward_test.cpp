@@ -8,15 +8,14 @@
 
 #include "support/device_params.h"
 #include "support/error_message.h"
+#include "support/op_calls.h"
 #include "support/tensor_assertions.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@ namespace {
 using customop::ops::MaxAlongBackwardArgs;
 using customop::testing::DeviceTest;
 using customop::testing::error_message;
+using customop::testing::OpCalls;
 using customop::testing::tensors_equal;
 using ::testing::HasSubstr;
 
@@ -127,14 +127,7 @@ TEST(MaxAlongBackward, AnIndexOutOfRangeIsRefused) {
 
 // max_along's backward is this op, once per backward, for keepdim and not.
 TEST(MaxAlongBackward, MaxAlongBackwardRunsThroughTheOp) {
-  static std::atomic<int> calls{0};
-  calls = 0;
-  const auto handle =
-      at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                                           -> std::unique_ptr<at::ObserverContext> {
-                              if (std::string(fn.name()) == "customop::max_along_backward") ++calls;
-                              return nullptr;
-                            }).scopes({at::RecordScope::FUNCTION}));
+  const OpCalls calls("customop::max_along_backward");
   for (const bool keepdim : {false, true}) {
     const auto x = at::randn({6, 9}).requires_grad_();
     const auto values = std::get<0>(customop::ops::max_along_op()(
@@ -145,8 +138,7 @@ TEST(MaxAlongBackward, MaxAlongBackwardRunsThroughTheOp) {
     EXPECT_TRUE(tensors_equal(grad, at::zeros({6, 9}).scatter_(0, keepdim ? i : i.unsqueeze(0),
                                                                keepdim ? g : g.unsqueeze(0))));
   }
-  at::removeCallback(handle);
-  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(calls.count(), 2);
 }
 
 }  // namespace

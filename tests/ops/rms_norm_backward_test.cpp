@@ -8,14 +8,13 @@
 
 #include "support/device_params.h"
 #include "support/error_message.h"
+#include "support/op_calls.h"
 #include "support/tensor_assertions.h"
 
-#include <ATen/record_function.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -26,6 +25,7 @@ using customop::ops::RmsNormArgs;
 using customop::ops::RmsNormBackwardArgs;
 using customop::testing::DeviceTest;
 using customop::testing::error_message;
+using customop::testing::OpCalls;
 using customop::testing::tensors_close;
 using customop::testing::tensors_equal;
 using customop::testing::tolerance_for;
@@ -118,30 +118,6 @@ INSTANTIATE_TEST_SUITE_P(Cuda, RmsNormBackwardDevice,
                          ::testing::ValuesIn(customop::testing::cuda_params()),
                          customop::testing::param_name);
 
-/// Counts the calls of customop::rms_norm_backward while alive.
-class RmsBackwardCalls {
- public:
-  RmsBackwardCalls() {
-    counter() = 0;
-    handle_ = at::addGlobalCallback(
-        at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                       -> std::unique_ptr<at::ObserverContext> {
-          if (std::string(fn.name()) == "customop::rms_norm_backward") ++counter();
-          return nullptr;
-        }).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~RmsBackwardCalls() { at::removeCallback(handle_); }
-  RmsBackwardCalls(const RmsBackwardCalls&) = delete;
-  RmsBackwardCalls& operator=(const RmsBackwardCalls&) = delete;
-  static std::atomic<int>& counter() {
-    static std::atomic<int> n{0};
-    return n;
-  }
-
- private:
-  at::CallbackHandle handle_;
-};
-
 // The ordinary backward runs the op once; create_graph=True runs the ATen formula, whose graph
 // gives the second derivatives (checked against float64).
 TEST(RmsNormBackward, RmsNormBackwardRunsThroughTheOpWithoutGradMode) {
@@ -149,18 +125,18 @@ TEST(RmsNormBackward, RmsNormBackwardRunsThroughTheOpWithoutGradMode) {
   const auto w = at::randn({16}, at::kDouble).requires_grad_();
   const auto g = at::randn({8, 16}, at::kDouble);
   {
-    const RmsBackwardCalls calls;
+    const OpCalls calls("customop::rms_norm_backward");
     const auto grads = torch::autograd::grad({rms_norm_fwd(x, w)}, {x, w}, {g});
-    EXPECT_EQ(RmsBackwardCalls::counter().load(), 1);
+    EXPECT_EQ(calls.count(), 1);
     const auto [ei, ew] = expected_rms_grads(g, x.detach(), w.detach());
     EXPECT_TRUE(tensors_close(grads[0], ei, tolerance_for(at::kDouble)));
     EXPECT_TRUE(tensors_close(grads[1], ew, tolerance_for(at::kDouble)));
   }
   {
-    const RmsBackwardCalls calls;
+    const OpCalls calls("customop::rms_norm_backward");
     const auto grads = torch::autograd::grad({rms_norm_fwd(x, w)}, {x, w}, {g},
                                              /*retain_graph=*/true, /*create_graph=*/true);
-    EXPECT_EQ(RmsBackwardCalls::counter().load(), 0);
+    EXPECT_EQ(calls.count(), 0);
     EXPECT_TRUE(grads[0].requires_grad());
   }
 }
