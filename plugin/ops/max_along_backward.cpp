@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/safe_numerics.h>
 
 #include <vector>
 
@@ -31,6 +32,14 @@ int64_t check_max_along_backward(const MaxAlongBackwardArgs& a, c10::DeviceType 
   TORCH_CHECK(a.grad.sym_size(dim) == 1, "max_along_backward: grad must have size 1 at dim ", a.dim,
               " (keepdim form), but got shape ", a.grad.sym_sizes());
   TORCH_CHECK(a.size >= 1, "max_along_backward: size must be >= 1, but got ", a.size);
+  if (const auto n = a.grad.sym_numel().maybe_as_int()) {
+    int64_t elements = 0, bytes = 0;
+    TORCH_CHECK(
+        !c10::mul_overflows(*n, a.size, &elements) &&
+            !c10::mul_overflows(elements, static_cast<int64_t>(a.grad.element_size()), &bytes),
+        "max_along_backward: size ", a.size, " times grad's ", *n,
+        " elements is too large an output (its byte count overflows int64)");
+  }
   return dim;
 }
 

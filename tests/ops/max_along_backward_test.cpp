@@ -96,6 +96,9 @@ TEST_P(MaxAlongBackwardDevice, BadArgumentsAreRefusedByName) {
               HasSubstr("max_along_backward: size must be >= 1, but got 0"));
   EXPECT_THAT(error_message([&] { max_backward(g, idx, 2, 4); }),
               HasSubstr("max_along_backward: dim must be in [-2, 1]"));
+  EXPECT_THAT(error_message([&] { max_backward(g, idx, 1, int64_t{1} << 62); }),
+              HasSubstr("max_along_backward: size 4611686018427387904 times grad's 2 elements is "
+                        "too large an output"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, MaxAlongBackwardDevice,
@@ -123,6 +126,17 @@ TEST(MaxAlongBackward, AnIndexOutOfRangeIsRefused) {
     ADD_FAILURE() << "no error";
   } catch (const c10::IndexError&) {
   }
+  // Many bad indices over two threads' chunks: the lowest position is named, every time.
+  const auto many = at::full({200000, 1}, 7, at::kLong);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  for (int run = 0; run < 5; ++run) {
+    EXPECT_THAT(error_message([&] {
+                  max_backward(at::randn({200000, 1}), many, 1, 5);
+                }),
+                HasSubstr("but got 7 at flat position 0"));
+  }
+  at::set_num_threads(threads);
 }
 
 // max_along's backward is this op, once per backward, for keepdim and not.

@@ -40,25 +40,39 @@ namespace {
 /// Bytes of g and y one column tile of the inner > 1 path may span (both passes in L2).
 constexpr int64_t kMsbTileBytes = 256 * 1024;
 
-/// One row of n elements: s = sum(g y) in two accumulators, then gi = y (g - s).
+/// Elements of a row summed into fresh accumulators before they join the row's running sums
+/// (msb_row), and rows likewise for the column sums (msb_columns): a float32 sum of n terms
+/// then errs by about kMsbBlock + n / kMsbBlock roundings rather than n / lanes (y need not
+/// be a softmax output, whose terms shrink as the row grows).
+constexpr int64_t kMsbBlock = 64;
+
+/// One row of n elements: s = sum(g y) (two accumulators, each block of kMsbBlock pairs of
+/// vectors summed afresh), then gi = y (g - s).
 template <class T>
 void msb_row(const T* g, const T* y, T* gi, int64_t n) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
   using Vec = typename IO::Vec;
   constexpr int64_t kV = IO::kLanes;
-  Vec s0(A(0)), s1(A(0));
+  constexpr int64_t kSpan = kMsbBlock * 2 * kV;  // elements per block
+  Vec t0(A(0)), t1(A(0));
   int64_t j = 0;
-  for (; j + 2 * kV <= n; j += 2 * kV) {
-    s0 = at::vec::fmadd(IO::load(g + j), IO::load(y + j), s0);
-    s1 = at::vec::fmadd(IO::load(g + j + kV), IO::load(y + j + kV), s1);
+  for (; j + 2 * kV <= n;) {
+    const int64_t end = std::min(n - n % (2 * kV), j + kSpan);
+    Vec s0(A(0)), s1(A(0));
+    for (; j < end; j += 2 * kV) {
+      s0 = at::vec::fmadd(IO::load(g + j), IO::load(y + j), s0);
+      s1 = at::vec::fmadd(IO::load(g + j + kV), IO::load(y + j + kV), s1);
+    }
+    t0 = t0 + s0;
+    t1 = t1 + s1;
   }
   for (; j < n; j += kV) {
     const int64_t r = std::min(kV, n - j);
-    s0 = at::vec::fmadd(IO::load(g + j, r), IO::load(y + j, r), s0);
+    t0 = at::vec::fmadd(IO::load(g + j, r), IO::load(y + j, r), t0);
   }
   alignas(64) A lanes[kV];
-  (s0 + s1).store(lanes);
+  (t0 + t1).store(lanes);
   A s = 0;
   for (int64_t l = 0; l < kV; ++l) s += lanes[l];
   const Vec vs(s);
@@ -70,10 +84,11 @@ void msb_row(const T* g, const T* y, T* gi, int64_t n) {
 }
 
 /// Columns [i0, i1) of outer index o (inner > 1): s per column over `size` rows of stride
-/// inner, then the write pass. `s` holds i1 - i0 accumulators.
+/// inner (blocks of kMsbBlock rows summed in `blk` first), then the write pass. `s` and `blk`
+/// hold i1 - i0 accumulators each.
 template <class T>
 void msb_columns(const T* g, const T* y, T* gi, int64_t o, int64_t i0, int64_t i1, int64_t size,
-                 int64_t inner, acc_t<T>* s) {
+                 int64_t inner, acc_t<T>* s, acc_t<T>* blk) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
   using Vec = typename IO::Vec;
@@ -81,14 +96,18 @@ void msb_columns(const T* g, const T* y, T* gi, int64_t o, int64_t i0, int64_t i
   const int64_t w = i1 - i0;
   std::fill(s, s + w, A(0));
   const int64_t base = o * size * inner + i0;
-  for (int64_t k = 0; k < size; ++k) {
-    const int64_t at_row = base + k * inner;
-    for (int64_t i = 0; i < w; i += kV) {
-      const int64_t r = std::min(kV, w - i);
-      const Vec acc = at::vec::fmadd(IO::load(g + at_row + i, r), IO::load(y + at_row + i, r),
-                                     Vec::loadu(s + i, static_cast<int>(r)));
-      acc.store(s + i, static_cast<int>(r));
+  for (int64_t k0 = 0; k0 < size; k0 += kMsbBlock) {
+    std::fill(blk, blk + w, A(0));
+    for (int64_t k = k0; k < std::min(size, k0 + kMsbBlock); ++k) {
+      const int64_t at_row = base + k * inner;
+      for (int64_t i = 0; i < w; i += kV) {
+        const int64_t r = std::min(kV, w - i);
+        const Vec acc = at::vec::fmadd(IO::load(g + at_row + i, r), IO::load(y + at_row + i, r),
+                                       Vec::loadu(blk + i, static_cast<int>(r)));
+        acc.store(blk + i, static_cast<int>(r));
+      }
     }
+    for (int64_t i = 0; i < w; ++i) s[i] += blk[i];
   }
   for (int64_t k = 0; k < size; ++k) {
     const int64_t at_row = base + k * inner;
@@ -123,11 +142,12 @@ void msb_run(const MaskedSoftmaxBackwardCpuParams& p) {
   const int64_t tiles_per_outer = (p.inner + tile - 1) / tile;
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (size * tile));
   at::parallel_for(0, p.outer * tiles_per_outer, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t<T>> s(static_cast<size_t>(tile));
+    std::vector<acc_t<T>> s(static_cast<size_t>(2 * tile));
     for (int64_t t = begin; t < end; ++t) {
       const int64_t o = t / tiles_per_outer;
       const int64_t i0 = (t % tiles_per_outer) * tile;
-      msb_columns<T>(g, y, gi, o, i0, std::min(p.inner, i0 + tile), p.size, p.inner, s.data());
+      msb_columns<T>(g, y, gi, o, i0, std::min(p.inner, i0 + tile), p.size, p.inner, s.data(),
+                     s.data() + tile);
     }
   });
 }

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace customop::ops::cpu {
@@ -30,8 +31,8 @@ struct MaxAlongBackwardCpuParams {
   c10::ScalarType dtype;   // kDouble, kFloat, kHalf, kBFloat16
 };
 
-/// Runs the kernel; returns the flat position (o * inner + i) of an index outside [0, size),
-/// or -1 when every index is in range (its slice is then left zero).
+/// Runs the kernel; returns the lowest flat position (o * inner + i) of an index outside
+/// [0, size), or -1 when every index is in range (a bad index's slice is left zero).
 CUSTOMOP_CPU_DECLARE(int64_t max_along_backward_kernel(const MaxAlongBackwardCpuParams& p))
 
 namespace CUSTOMOP_CPU_CAPABILITY {
@@ -44,10 +45,13 @@ template <class T>
 int64_t mab_run(const MaxAlongBackwardCpuParams& p) {
   const T* g = static_cast<const T*>(p.grad);
   T* out = static_cast<T*>(p.grad_input);
-  std::atomic<int64_t> bad{-1};
+  // The lowest bad position over every chunk, so the report does not depend on the threads.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  std::atomic<int64_t> bad{kNone};
   const auto note_bad = [&](int64_t at) {
-    int64_t none = -1;
-    bad.compare_exchange_strong(none, at);
+    int64_t seen = bad.load();
+    while (at < seen && !bad.compare_exchange_weak(seen, at)) {
+    }
   };
   if (p.inner == 1) {
     at::parallel_for(0, p.outer, std::max<int64_t>(1, kGrainSize / p.size),
@@ -63,7 +67,7 @@ int64_t mab_run(const MaxAlongBackwardCpuParams& p) {
                          out[o * p.size + k] = g[o];
                        }
                      });
-    return bad.load();
+    return bad.load() == kNone ? -1 : bad.load();
   }
   // Blocks of `tile` columns of one o, all `size` rows.
   const int64_t fit = kMabBlockBytes / (static_cast<int64_t>(sizeof(T)) * p.size);
@@ -91,7 +95,7 @@ int64_t mab_run(const MaxAlongBackwardCpuParams& p) {
                        }
                      }
                    });
-  return bad.load();
+  return bad.load() == kNone ? -1 : bad.load();
 }
 
 }  // namespace
