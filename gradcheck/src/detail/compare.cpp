@@ -2,6 +2,7 @@
 
 #include "detail/function.h"
 #include "detail/numerical.h"
+#include "detail/values.h"
 
 #include <ATen/ATen.h>
 
@@ -45,12 +46,6 @@ double subnormal_spacing_of(double u) {
     if (u == unit_roundoff(dtype)) return subnormal_spacing(dtype);
   }
   return subnormal_spacing(at::kDouble);
-}
-
-/// `t` as a contiguous float64 CPU tensor: itself when it is one (no dispatch), else a copy.
-at::Tensor dense_double(const at::Tensor& t) {
-  if (t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous()) return t;
-  return t.detach().to(at::kCPU, at::kDouble).contiguous();
 }
 
 /// a, or NaN when a or b is NaN, else the larger: at::maximum's rule.

@@ -192,9 +192,7 @@ at::Tensor random_grad_output(const at::Tensor& y, at::Generator& gen) {
 double largest_finite_abs(const at::Tensor& t) {
   if (t.numel() == 0) return 0.0;
   // A loop over the float64 values (one conversion at most), not four ATen ops.
-  const at::Tensor a = t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous()
-                           ? t
-                           : t.detach().to(at::kCPU, at::kDouble).contiguous();
+  const at::Tensor a = dense_double(t);
   double largest = 0.0;
   for (const double v : values_of(a)) {
     if (std::isfinite(v)) largest = std::max(largest, std::abs(v));

@@ -109,8 +109,7 @@ at::Tensor Numerical::concat(const std::vector<at::Tensor>& outs) const {
   if (parts.empty()) return at::zeros({0}, at::kDouble);
   // One float64 CPU contiguous output (the common case): a plain copy, no dispatch. A copy,
   // not the output itself: an output may alias an input that the next perturbation changes.
-  if (parts.size() == 1 && parts[0].scalar_type() == at::kDouble && parts[0].device().is_cpu() &&
-      parts[0].is_contiguous()) {
+  if (parts.size() == 1 && is_dense_double(parts[0])) {
     const int64_t n = parts[0].numel();
     const double* src = parts[0].const_data_ptr<double>();
     return tabulate(n, [&](int64_t k) { return src[k]; });

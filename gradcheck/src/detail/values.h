@@ -14,10 +14,21 @@
 
 namespace customop::gradcheck::detail {
 
+/// True when `t` is a contiguous float64 CPU tensor: values_of reads it as it is.
+inline bool is_dense_double(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous();
+}
+
+/// `t` as a contiguous float64 CPU tensor of its shape: itself when it is one (no dispatch),
+/// else a converted copy.
+inline at::Tensor dense_double(const at::Tensor& t) {
+  return is_dense_double(t) ? t : t.detach().to(at::kCPU, at::kDouble).contiguous();
+}
+
 /// The elements of `t`, which must be a contiguous float64 CPU tensor (as flat_double and
 /// Numerical return them). Throws c10::Error (internal assert) otherwise.
 inline std::span<const double> values_of(const at::Tensor& t) {
-  TORCH_INTERNAL_ASSERT(t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous(),
+  TORCH_INTERNAL_ASSERT(is_dense_double(t),
                         "values_of: expected a contiguous float64 CPU tensor, got ", t.toString(),
                         " ", t.sizes());
   return {t.const_data_ptr<double>(), static_cast<std::size_t>(t.numel())};
