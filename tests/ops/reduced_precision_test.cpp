@@ -4,6 +4,7 @@
 // exceeds 1), and y is rounded once. Named Cpu/*Forward* so the lower instruction-set builds
 // run them too (CMakeLists.txt).
 
+#include <customop/ops/bias_gelu.h>
 #include <customop/ops/masked_softmax.h>
 #include <customop/ops/rms_norm.h>
 #include <customop/ops/weighted_sum.h>
@@ -13,11 +14,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 namespace {
 
+using customop::ops::BiasGeluArgs;
 using customop::ops::MaskedSoftmaxArgs;
 using customop::ops::RmsNormArgs;
 using customop::ops::WeightedSumArgs;
@@ -57,6 +61,27 @@ TEST_P(ReducedForward, WeightedSumAccumulatesInFloat32) {
   const auto y = customop::ops::weighted_sum_op()(WeightedSumArgs{.inputs = xs, .weights = w});
   EXPECT_EQ(y.scalar_type(), GetParam());
   EXPECT_TRUE(tensors_equal(y, at::full({37}, 3000.0, opts())));
+}
+
+// bias_gelu in 16 bits is the float32 kernel's gelu of s = x + b rounded to the dtype, rounded
+// once: bit for bit (NaN for NaN), in rows that take the two-vector steps (whose bfloat16 lanes
+// go through the unordered, shuffle-free widening of cpu/vec_io.h) and a partial last vector,
+// with zeros, infinities, NaN and values whose sum lands between two 16-bit neighbours.
+TEST_P(ReducedForward, BiasGeluRoundsTheFloat32KernelOnce) {
+  torch::manual_seed(31);
+  const int64_t d = 1000 + 37;
+  auto x = (at::randn({3, d}) * 3).to(GetParam());
+  const auto b = (at::randn({d}) * 3).to(GetParam());
+  const double inf = std::numeric_limits<double>::infinity();
+  x[0][1] = inf;
+  x[0][2] = -inf;
+  x[0][3] = std::nan("");
+  x[1][d - 1] = std::nan("");
+  x[2][0] = 0.0;
+  const auto y = customop::ops::bias_gelu_op()(BiasGeluArgs{x, b, "none"});
+  const auto s = (x + b).to(at::kFloat);  // the add in the dtype, as the kernel rounds it
+  const auto expected = customop::ops::bias_gelu_op()(BiasGeluArgs{s, at::zeros({d}), "none"});
+  EXPECT_TRUE(tensors_equal(y, expected.to(GetParam())));
 }
 
 std::string dtype_param_name(const ::testing::TestParamInfo<c10::ScalarType>& info) {

@@ -55,20 +55,27 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
 
 // y[0, n) = gelu(x[0, n) + b[0, n)): a piece of one row, computed in acc_t<T> (float16 and
 // bfloat16 are widened as read; s = x + b is rounded to T, as the ATen composite's add and the
-// CUDA kernel round it, and y once).
+// CUDA kernel round it, and y once). Two vectors per step, in VecIO's unordered lane order
+// (elementwise: bfloat16 widens and narrows without shuffles; for float16 one conversion serves
+// both vectors, where a one-vector load or store converts a whole Vectorized<T> and keeps half
+// of it); the rest one vector at a time.
 template <class T, bool kTanh>
 void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
   using IO = VecIO<T>;
+  using A = acc_t<T>;
   constexpr int64_t kV = IO::kLanes;
   int64_t j = 0;
-  for (; j + kV <= n; j += kV) {
-    IO::store(gelu<acc_t<T>, kTanh>(IO::round(IO::load(x + j) + IO::load(b + j))), y + j);
+  for (; j + 2 * kV <= n; j += 2 * kV) {
+    const auto [x0, x1] = IO::load2_unordered(x + j);
+    const auto [b0, b1] = IO::load2_unordered(b + j);
+    const auto [s0, s1] = IO::round2(x0 + b0, x1 + b1);
+    IO::store2_unordered(gelu<A, kTanh>(s0), gelu<A, kTanh>(s1), y + j);
   }
-  if (j < n) {
-    // NB: the tail goes through the same vector code, so an element's result does not
-    // depend on where it falls in a row.
-    const int64_t r = n - j;
-    IO::store(gelu<acc_t<T>, kTanh>(IO::round(IO::load(x + j, r) + IO::load(b + j, r))), y + j, r);
+  // NB: the rest goes through the same vector code, so an element's result does not depend on
+  // where it falls in a row.
+  for (; j < n; j += kV) {
+    const int64_t r = std::min(kV, n - j);
+    IO::store(gelu<A, kTanh>(IO::round(IO::load(x + j, r) + IO::load(b + j, r))), y + j, r);
   }
 }
 

@@ -57,7 +57,23 @@ void max_rows(const T* x, T* values, int64_t* indices, int64_t begin, int64_t en
     int64_t s = 0;
     if (size >= kV) {
       Vec vmax = IO::load(xr);
-      for (s = kV; s + kV <= size; s += kV) vmax = at::vec::maximum(vmax, IO::load(xr + s));
+      s = kV;
+      if (size >= 4 * kV) {
+        // Four running maxima: one would chain every load's max on the one before (two
+        // dependent instructions per vector), slower than a core streams the row from memory.
+        auto [m0, m1] = IO::load2(xr);
+        auto [m2, m3] = IO::load2(xr + 2 * kV);
+        for (s = 4 * kV; s + 4 * kV <= size; s += 4 * kV) {
+          const auto [a0, a1] = IO::load2(xr + s);
+          const auto [a2, a3] = IO::load2(xr + s + 2 * kV);
+          m0 = at::vec::maximum(m0, a0);
+          m1 = at::vec::maximum(m1, a1);
+          m2 = at::vec::maximum(m2, a2);
+          m3 = at::vec::maximum(m3, a3);
+        }
+        vmax = at::vec::maximum(at::vec::maximum(m0, m1), at::vec::maximum(m2, m3));
+      }
+      for (; s + kV <= size; s += kV) vmax = at::vec::maximum(vmax, IO::load(xr + s));
       alignas(64) A lanes[kV];
       vmax.store(lanes);
       for (int64_t l = 0; l < kV; ++l) m = std::isnan(m) || m >= lanes[l] ? m : lanes[l];

@@ -14,6 +14,7 @@
 #include <c10/util/Half.h>
 
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -67,7 +68,9 @@ struct VecIO {
 
   /// v rounded to T and widened back: what storing v and loading it again gives.
   static Vec round(const Vec& v) {
-    if constexpr (kReduced<T>) {
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      return at::vec::cast<float>(bf16_bits(v));  // integer ops only, no shuffle
+    } else if constexpr (kReduced<T>) {
       return std::get<0>(at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(v, v)));
     } else {
       return v;
@@ -88,7 +91,9 @@ struct VecIO {
 
   /// a and b rounded to T and widened back (round, for two vectors at the cost of one).
   static std::pair<Vec, Vec> round2(const Vec& a, const Vec& b) {
-    if constexpr (kReduced<T>) {
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      return {round(a), round(b)};
+    } else if constexpr (kReduced<T>) {
       auto [lo, hi] = at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(a, b));
       return {lo, hi};
     } else {
@@ -103,6 +108,35 @@ struct VecIO {
     } else {
       a.store(p);
       b.store(p + kLanes);
+    }
+  }
+
+  /// As load2, in a lane order of its own: for bfloat16 the even elements of p[0, 2 kLanes),
+  /// then the odd ones (a bfloat16 is the high half of its float32, so a shift and a mask of
+  /// the 32-bit words widen both halves, where load2's in-order conversion needs four
+  /// shuffles); other dtypes in order. For elementwise code only, whose every vector operand
+  /// comes through load2_unordered and whose results go out through store2_unordered, which
+  /// puts each lane back where it came from.
+  static std::pair<Vec, Vec> load2_unordered(const T* p) {
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      using IVec = at::vec::Vectorized<int32_t>;
+      static_assert(IVec::size() == Vec::size(), "a 32-bit word per float lane");
+      const IVec words = IVec::loadu(p);  // word i: elements 2i and 2i + 1 (either endianness)
+      return {at::vec::cast<float>(words << IVec(16)),
+              at::vec::cast<float>(words & IVec(kHighHalf))};
+    } else {
+      return load2(p);
+    }
+  }
+
+  /// Two vectors from load2_unordered's lane order, rounded to T, to p[0, 2 kLanes) in place.
+  static void store2_unordered(const Vec& a, const Vec& b, T* p) {
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      using IVec = at::vec::Vectorized<int32_t>;
+      // NB: >> is an arithmetic shift on Vectorized<int32_t>: mask the sign copies away.
+      (bf16_bits(b) | ((bf16_bits(a) >> IVec(16)) & IVec(0xFFFF))).store(p);
+    } else {
+      store2(a, b, p);
     }
   }
 
@@ -123,6 +157,22 @@ struct VecIO {
     } else {
       v.store(p, static_cast<int>(n));
     }
+  }
+
+ private:
+  static constexpr int32_t kHighHalf = static_cast<int32_t>(0xFFFF0000U);
+
+  /// float32 lanes rounded to bfloat16 (to nearest, ties to even, as c10::BFloat16 and
+  /// convert_from_float round), as float32 bit patterns: the bfloat16 in the high half, the
+  /// low half 0. NaN gives a quiet NaN. Adding 0x7FFF plus the kept part's lowest bit carries
+  /// into the kept part exactly when the dropped half is above one half, or one half with
+  /// that bit odd.
+  static at::vec::Vectorized<int32_t> bf16_bits(const Vec& v) {
+    using IVec = at::vec::Vectorized<int32_t>;
+    const IVec w = at::vec::cast<int32_t>(v);
+    const IVec r = (w + IVec(0x7FFF) + ((w >> IVec(16)) & IVec(1))) & IVec(kHighHalf);
+    return at::vec::cast<int32_t>(
+        Vec::blendv(at::vec::cast<float>(r), Vec(std::numeric_limits<float>::quiet_NaN()), v != v));
   }
 };
 
