@@ -76,12 +76,16 @@ TEST_P(ReducedForward, BiasGeluRoundsTheFloat32KernelOnce) {
   x[0][1] = inf;
   x[0][2] = -inf;
   x[0][3] = std::nan("");
-  x[1][d - 1] = std::nan("");
+  x[1][5] = std::nan("");      // in a two-vector step
+  x[1][d - 1] = std::nan("");  // in the partial rest
   x[2][0] = 0.0;
   const auto y = customop::ops::bias_gelu_op()(BiasGeluArgs{x, b, "none"});
   const auto s = (x + b).to(at::kFloat);  // the add in the dtype, as the kernel rounds it
   const auto expected = customop::ops::bias_gelu_op()(BiasGeluArgs{s, at::zeros({d}), "none"});
   EXPECT_TRUE(tensors_equal(y, expected.to(GetParam())));
+  // One NaN bit pattern wherever the element falls in the row.
+  const auto bits = y.view(at::kShort);
+  EXPECT_EQ(bits[1][5].item<int16_t>(), bits[1][d - 1].item<int16_t>());
 }
 
 std::string dtype_param_name(const ::testing::TestParamInfo<c10::ScalarType>& info) {

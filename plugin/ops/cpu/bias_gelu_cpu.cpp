@@ -58,7 +58,7 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
 // CUDA kernel round it, and y once). Two vectors per step, in VecIO's unordered lane order
 // (elementwise: bfloat16 widens and narrows without shuffles; for float16 one conversion serves
 // both vectors, where a one-vector load or store converts a whole Vectorized<T> and keeps half
-// of it); the rest one vector at a time.
+// of it).
 template <class T, bool kTanh>
 void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
   using IO = VecIO<T>;
@@ -71,11 +71,18 @@ void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
     const auto [s0, s1] = IO::round2(x0 + b0, x1 + b1);
     IO::store2_unordered(gelu<A, kTanh>(s0), gelu<A, kTanh>(s1), y + j);
   }
-  // NB: the rest goes through the same vector code, so an element's result does not depend on
-  // where it falls in a row.
-  for (; j < n; j += kV) {
-    const int64_t r = std::min(kV, n - j);
-    IO::store(gelu<A, kTanh>(IO::round(IO::load(x + j, r) + IO::load(b + j, r))), y + j, r);
+  // NB: the rest (fewer than 2 kLanes) goes through the same two-vector code on a zero-padded
+  // copy, so an element's result, NaN bits included, does not depend on where it falls in a row.
+  if (j < n) {
+    const int64_t r = n - j;
+    T xt[2 * kV] = {}, bt[2 * kV] = {}, yt[2 * kV];
+    std::copy(x + j, x + n, xt);
+    std::copy(b + j, b + n, bt);
+    const auto [x0, x1] = IO::load2_unordered(xt);
+    const auto [b0, b1] = IO::load2_unordered(bt);
+    const auto [s0, s1] = IO::round2(x0 + b0, x1 + b1);
+    IO::store2_unordered(gelu<A, kTanh>(s0), gelu<A, kTanh>(s1), yt);
+    std::copy(yt, yt + r, y + j);
   }
 }
 
