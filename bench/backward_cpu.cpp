@@ -1,9 +1,9 @@
 // CPU backward of each built-in op vs the backward of its ATen composite: the time of one
 // torch::autograd::grad over a forward graph built once (retain_graph), float32 (and bfloat16,
 // float16: "<op>@bf16", "<op>@fp16"), 1, 16 and 256 MiB of float32 input. What a training step
-// pays for the op's backward: bias_gelu's is its fused kernel (customop::bias_gelu_backward),
-// the others' formulas are ATen ops (a customop backward, like the composite's, runs ATen's
-// kernels one pass each).
+// pays for the op's backward: each op's is its fused backward op (customop::<op>_backward, one
+// pass; weighted_sum's writes its K grads while reading the grad once), the composite's is
+// ATen's kernels, one pass each.
 // Names and counters as bench/kernels_cpu ("<op>/<customop|composite>/<bytes>", bytes_moved =
 // the least the backward must move: the incoming grad and the saved inputs read once, the input
 // grads written once), so bench/run reads both programs alike and sets them against

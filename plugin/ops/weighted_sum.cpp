@@ -2,6 +2,7 @@
 
 #include "detail/weighted_sum.h"
 #include "detail/checks.h"
+#include "detail/fused_backward.h"
 #include "detail/samples.h"
 
 #include <ATen/TensorOperators.h>
@@ -52,11 +53,17 @@ WeightedSumSaved weighted_sum_save(const WeightedSumArgs& a, const at::Tensor& /
   return {a.weights};
 }
 
-// d y / d x_k = w_k: grad of inputs[k] = w_k * g.
+// d y / d x_k = w_k: grad of inputs[k] = w_k * g, all K from one pass of the op
+// customop::weighted_sum_backward. A tensor subclass (DTensor;
+// its Python key) takes w_k * g in ATen ops, which it shards as it shards them.
 WeightedSumGrads weighted_sum_backward(const WeightedSumSaved& s, const at::Tensor& grad) {
   WeightedSumGrads out;
-  out.inputs.reserve(s.weights.size());
-  for (double w : s.weights) out.inputs.push_back(grad * w);
+  if (detail::any_subclass({&grad})) {
+    out.inputs.reserve(s.weights.size());
+    for (double w : s.weights) out.inputs.push_back(grad * w);
+    return out;
+  }
+  out.inputs = weighted_sum_backward_op()(WeightedSumBackwardArgs{grad, s.weights});
   return out;
 }
 

@@ -65,6 +65,7 @@ from .ops import (  # noqa: E402  (after the library is loaded)
     rms_norm_,
     rms_norm_backward,
     weighted_sum,
+    weighted_sum_backward,
 )
 
 __all__ = [
@@ -87,4 +88,5 @@ __all__ = [
     "rms_norm_",
     "rms_norm_backward",
     "weighted_sum",
+    "weighted_sum_backward",
 ]

@@ -14,7 +14,8 @@ from . import _schema_py
 BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "bias_gelu_backward", "clamp_count",
                 "clamp_count_backward", "fused_add_rms_norm_", "masked_softmax",
                 "masked_softmax_backward", "max_along", "max_along_backward",
-                "paged_kv_write", "rms_norm", "rms_norm_", "rms_norm_backward", "weighted_sum")
+                "paged_kv_write", "rms_norm", "rms_norm_", "rms_norm_backward", "weighted_sum",
+                "weighted_sum_backward")
 
 
 def _wrap(name: str):
@@ -46,3 +47,4 @@ rms_norm = _wrap("rms_norm")
 rms_norm_ = _wrap("rms_norm_")
 rms_norm_backward = _wrap("rms_norm_backward")
 weighted_sum = _wrap("weighted_sum")
+weighted_sum_backward = _wrap("weighted_sum_backward")

@@ -48,3 +48,6 @@ def rms_norm_backward(grad: Tensor, input: Tensor, weight: Tensor, eps: float = 
 
 def weighted_sum(inputs: list[Tensor], weights: list[float]) -> Tensor:
     """customop::weighted_sum(Tensor[] inputs, float[] weights) -> Tensor"""
+
+def weighted_sum_backward(grad: Tensor, weights: list[float]) -> list[Tensor]:
+    """customop::weighted_sum_backward(Tensor grad, float[] weights) -> Tensor[]"""

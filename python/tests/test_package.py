@@ -52,6 +52,7 @@ CALLS = {
                                        indices=torch.tensor([[3], [0], [7], [5]]), dim=1, size=8),
     "rms_norm_backward": lambda: dict(grad=_leaf(4, 8, seed=2), input=_leaf(4, 8),
                                       weight=_leaf(8, seed=1), eps=1e-5),
+    "weighted_sum_backward": lambda: dict(grad=_leaf(4, 8, seed=2), weights=[0.5, -2.0]),
 }
 
 

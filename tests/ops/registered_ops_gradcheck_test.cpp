@@ -165,14 +165,14 @@ TEST(RegisteredOps, IncludeEveryBuiltInOp) {
   EXPECT_EQ(customop::ops::bias_gelu_op().name(), "customop::bias_gelu");
   std::vector<std::string> names;
   for (const customop::OpCore* op : customop::registered_ops()) names.push_back(op->name());
-  EXPECT_THAT(
-      names,
-      ::testing::IsSupersetOf(
-          {"customop::bias_gelu", "customop::bias_gelu_backward", "customop::clamp_count",
-           "customop::clamp_count_backward", "customop::masked_softmax",
-           "customop::masked_softmax_backward", "customop::max_along",
-           "customop::max_along_backward", "customop::rms_norm", "customop::rms_norm_backward",
-           "customop::weighted_sum", "customop::fused_add_rms_norm_", "customop::paged_kv_write"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf(
+                         {"customop::bias_gelu", "customop::bias_gelu_backward",
+                          "customop::clamp_count", "customop::clamp_count_backward",
+                          "customop::masked_softmax", "customop::masked_softmax_backward",
+                          "customop::max_along", "customop::max_along_backward",
+                          "customop::rms_norm", "customop::rms_norm_backward",
+                          "customop::weighted_sum", "customop::weighted_sum_backward",
+                          "customop::fused_add_rms_norm_", "customop::paged_kv_write"}));
 }
 
 }  // namespace

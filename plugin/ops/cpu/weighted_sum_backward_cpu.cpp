@@ -1,0 +1,113 @@
+// CPU kernel of customop::weighted_sum_backward: out_k = w_k * g for k < K, one read of g:
+// chunks of g (at::parallel_for) in blocks that stay in L1 while each of the K outputs takes
+// its block, vectorized (at::vec::Vectorized; float16/bfloat16 in float32, rounded once).
+// Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+
+#include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace customop::ops::cpu {
+
+/// One kernel call: contiguous grad and K contiguous outputs of `numel` elements, weights [K],
+/// of `dtype`.
+struct WeightedSumBackwardCpuParams {
+  const void* grad;       // numel elements
+  void* const* out;       // K pointers to numel elements each
+  const double* weights;  // K
+  int64_t k;              // K >= 1
+  int64_t numel;          // elements of grad
+  c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
+};
+
+CUSTOMOP_CPU_DECLARE(void weighted_sum_backward_kernel(const WeightedSumBackwardCpuParams& p))
+
+namespace CUSTOMOP_CPU_CAPABILITY {
+namespace {
+
+// Elements of g per block: 16 KiB of float32 (L1 holds it while the K outputs are written).
+constexpr int64_t kWsbBlock = 4096;
+
+// out_k[at, at + n) = w_k * g[0, n) for every k: one block, n <= kWsbBlock. Two vectors per step in
+// VecIO's unordered lane order (elementwise); the rest on a zero-padded copy, through the
+// same code.
+template <class T>
+void wsb_block(const T* g, T* const* out, int64_t at, const double* w, int64_t k, int64_t n) {
+  using IO = VecIO<T>;
+  using A = acc_t<T>;
+  using Vec = typename IO::Vec;
+  constexpr int64_t kV = IO::kLanes;
+  const int64_t full = n - n % (2 * kV);
+  for (int64_t i = 0; i < k; ++i) {
+    const Vec wv(static_cast<A>(w[i]));  // as ATen's grad * w: the weight in the compute dtype
+    T* o = out[i] + at;
+    for (int64_t j = 0; j < full; j += 2 * kV) {
+      const auto [g0, g1] = IO::load2_unordered(g + j);
+      IO::store2_unordered(g0 * wv, g1 * wv, o + j);
+    }
+    if (full < n) {
+      T gt[2 * kV] = {}, ot[2 * kV];
+      std::copy(g + full, g + n, gt);
+      const auto [g0, g1] = IO::load2_unordered(gt);
+      IO::store2_unordered(g0 * wv, g1 * wv, ot);
+      std::copy(ot, ot + (n - full), o + full);
+    }
+  }
+}
+
+template <class T>
+void run(const WeightedSumBackwardCpuParams& p) {
+  const T* g = static_cast<const T*>(p.grad);
+  T* const* out = reinterpret_cast<T* const*>(p.out);
+  // Grain: about kGrainSize elements written per task.
+  const int64_t grain = std::max<int64_t>(kWsbBlock, kGrainSize / p.k);
+  at::parallel_for(0, p.numel, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b += kWsbBlock) {
+      const int64_t n = std::min(kWsbBlock, end - b);
+      wsb_block<T>(g + b, out, b, p.weights, p.k, n);
+    }
+  });
+}
+
+}  // namespace
+
+void weighted_sum_backward_kernel(const WeightedSumBackwardCpuParams& p) {
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
+}
+
+}  // namespace CUSTOMOP_CPU_CAPABILITY
+}  // namespace customop::ops::cpu
+
+#if defined(CUSTOMOP_CPU_ENTRY)
+
+#include "detail/weighted_sum.h"
+
+#include <vector>
+
+namespace customop::ops::detail {
+
+std::vector<at::Tensor> weighted_sum_backward_cpu(const WeightedSumBackwardArgs& a) {
+  std::vector<at::Tensor> out = weighted_sum_backward_outputs(a);
+  const at::Tensor g = a.grad.contiguous();
+  std::vector<void*> ptrs;
+  ptrs.reserve(out.size());
+  for (auto& t : out) ptrs.push_back(t.mutable_data_ptr());
+  const cpu::WeightedSumBackwardCpuParams p{
+      g.const_data_ptr(), ptrs.data(),    a.weights.data(), static_cast<int64_t>(a.weights.size()),
+      g.numel(),          g.scalar_type()};
+  if (p.numel > 0) {
+    [&] { CUSTOMOP_CPU_DISPATCH(weighted_sum_backward_kernel, p) }();
+  }
+  return out;
+}
+
+}  // namespace customop::ops::detail
+
+#endif  // defined(CUSTOMOP_CPU_ENTRY)
