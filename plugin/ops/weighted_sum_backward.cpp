@@ -7,7 +7,6 @@
 #include "detail/weighted_sum.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 
 #include <string>
