@@ -79,13 +79,6 @@ std::vector<at::Tensor> weighted_sum_backward_jvp(const WeightedSumBackwardArgs&
   return weighted_sum_backward_op()(WeightedSumBackwardArgs{t.grad, p.weights});
 }
 
-// The K outputs: grad's shape and dtype, contiguous, each its own allocation (a K-times-larger
-// one crosses glibc's mmap threshold sooner: fresh pages, faulted in on every call). The fake
-// kernel runs the same on meta tensors; the checks run on every device.
-std::vector<at::Tensor> weighted_sum_backward_fake(const WeightedSumBackwardArgs& a) {
-  return detail::weighted_sum_backward_outputs(a);
-}
-
 // vmap: elementwise in g, so the batch (g's dim 0) rides along into every output.
 std::vector<at::Tensor> weighted_sum_backward_batched(const WeightedSumBackwardArgs& a,
                                                       const BatchInfo& info) {
@@ -118,7 +111,10 @@ Op<WeightedSumBackwardArgs, std::vector<at::Tensor>>& weighted_sum_backward_op()
       []() -> Op<WeightedSumBackwardArgs, std::vector<at::Tensor>>& {
     auto& o = define<WeightedSumBackwardArgs, std::vector<at::Tensor>>(
         "customop::weighted_sum_backward(Tensor grad, float[] weights) -> Tensor[]");
-    o.impl_fake(&weighted_sum_backward_fake);
+    // The K outputs: grad's shape and dtype, contiguous, each its own allocation (a K-times
+    // larger one crosses glibc's mmap threshold sooner: fresh pages, faulted in on every call);
+    // on meta tensors they are the fake kernel. The checks run on every device.
+    o.impl_fake(&detail::weighted_sum_backward_outputs);
     o.impl(c10::DeviceType::CPU, &detail::weighted_sum_backward_cpu);
 #ifdef CUSTOMOP_WITH_CUDA
     o.impl(c10::DeviceType::CUDA, &detail::weighted_sum_backward_cuda);

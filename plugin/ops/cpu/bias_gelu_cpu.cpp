@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace customop::ops::cpu {
 
@@ -56,34 +57,20 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
 // y[0, n) = gelu(x[0, n) + b[0, n)): a piece of one row, computed in acc_t<T> (float16 and
 // bfloat16 are widened as read; s = x + b is rounded to T, as the ATen composite's add and the
 // CUDA kernel round it, and y once). Two vectors per step, in VecIO's unordered lane order
-// (elementwise: bfloat16 widens and narrows without shuffles; for float16 one conversion serves
-// both vectors, where a one-vector load or store converts a whole Vectorized<T> and keeps half
-// of it).
+// (map_unordered: bfloat16 widens and narrows without shuffles; for float16 one conversion
+// serves both vectors, where a one-vector load or store converts a whole Vectorized<T> and keeps
+// half of it).
 template <class T, bool kTanh>
 void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
-  using IO = VecIO<T>;
   using A = acc_t<T>;
-  constexpr int64_t kV = IO::kLanes;
-  int64_t j = 0;
-  for (; j + 2 * kV <= n; j += 2 * kV) {
-    const auto [x0, x1] = IO::load2_unordered(x + j);
-    const auto [b0, b1] = IO::load2_unordered(b + j);
-    const auto [s0, s1] = IO::round2(x0 + b0, x1 + b1);
-    IO::store2_unordered(gelu<A, kTanh>(s0), gelu<A, kTanh>(s1), y + j);
-  }
-  // NB: the rest (fewer than 2 kLanes) goes through the same two-vector code on a zero-padded
-  // copy, so an element's result, NaN bits included, does not depend on where it falls in a row.
-  if (j < n) {
-    const int64_t r = n - j;
-    T xt[2 * kV] = {}, bt[2 * kV] = {}, yt[2 * kV];
-    std::copy(x + j, x + n, xt);
-    std::copy(b + j, b + n, bt);
-    const auto [x0, x1] = IO::load2_unordered(xt);
-    const auto [b0, b1] = IO::load2_unordered(bt);
-    const auto [s0, s1] = IO::round2(x0 + b0, x1 + b1);
-    IO::store2_unordered(gelu<A, kTanh>(s0), gelu<A, kTanh>(s1), yt);
-    std::copy(yt, yt + r, y + j);
-  }
+  using Pair = std::pair<typename VecIO<T>::Vec, typename VecIO<T>::Vec>;
+  map_unordered(
+      n,
+      [](const Pair& xv, const Pair& bv) {
+        const auto [s0, s1] = VecIO<T>::round2(xv.first + bv.first, xv.second + bv.second);
+        return Pair{gelu<A, kTanh>(s0), gelu<A, kTanh>(s1)};
+      },
+      y, x, b);
 }
 
 template <class T, bool kTanh>

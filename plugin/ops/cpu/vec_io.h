@@ -13,6 +13,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <tuple>
@@ -175,6 +177,35 @@ struct VecIO {
         Vec::blendv(at::vec::cast<float>(r), Vec(std::numeric_limits<float>::quiet_NaN()), v != v));
   }
 };
+
+/// out[0, n) = f(in[0, n)...) elementwise, two vectors at a time in VecIO<T>'s unordered lane
+/// order: f takes one std::pair<Vec, Vec> per input (load2_unordered's) and returns the pair
+/// to store (store2_unordered rounds it to T). The rest of the range (fewer than 2 kLanes
+/// elements) goes through f too, on zero-padded copies, so an element's result, NaN bits
+/// included, does not depend on where it falls. out may be one of the inputs (each step reads
+/// its elements before it writes them).
+template <class T, class F, class... In>
+void map_unordered(int64_t n, F&& f, T* out, const In*... in) {
+  static_assert((std::is_same_v<In, T> && ...), "every input has the output's dtype");
+  using IO = VecIO<T>;
+  constexpr int64_t kStep = 2 * IO::kLanes;
+  int64_t j = 0;
+  for (; j + kStep <= n; j += kStep) {
+    const auto [a, b] = f(IO::load2_unordered(in + j)...);
+    IO::store2_unordered(a, b, out + j);
+  }
+  if (j < n) {
+    const auto padded = [&](const T* p) {
+      std::array<T, kStep> t{};
+      std::copy(p + j, p + n, t.begin());
+      return t;
+    };
+    std::array<T, kStep> rest;
+    const auto [a, b] = f(IO::load2_unordered(padded(in).data())...);
+    IO::store2_unordered(a, b, rest.data());
+    std::copy(rest.begin(), rest.begin() + (n - j), out + j);
+  }
+}
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY
 }  // namespace customop::ops::cpu

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace customop::ops::cpu {
 
@@ -35,43 +36,31 @@ namespace {
 // Elements of g per block: 16 KiB of float32 (L1 holds it while the K outputs are written).
 constexpr int64_t kWsbBlock = 4096;
 
-// out_k[at, at + n) = w_k * g[0, n) for every k: one block, n <= kWsbBlock. Two vectors per step in
-// VecIO's unordered lane order (elementwise); the rest on a zero-padded copy, through the
-// same code.
+// out_k[at, at + n) = w_k * g[0, n) for every k: one block, n <= kWsbBlock, elementwise
+// (map_unordered).
 template <class T>
-void wsb_block(const T* g, T* const* out, int64_t at, const double* w, int64_t k, int64_t n) {
-  using IO = VecIO<T>;
-  using A = acc_t<T>;
-  using Vec = typename IO::Vec;
-  constexpr int64_t kV = IO::kLanes;
-  const int64_t full = n - n % (2 * kV);
+void wsb_block(const T* g, void* const* out, int64_t at, const double* w, int64_t k, int64_t n) {
+  using Vec = typename VecIO<T>::Vec;
   for (int64_t i = 0; i < k; ++i) {
-    const Vec wv(static_cast<A>(w[i]));  // as ATen's grad * w: the weight in the compute dtype
-    T* o = out[i] + at;
-    for (int64_t j = 0; j < full; j += 2 * kV) {
-      const auto [g0, g1] = IO::load2_unordered(g + j);
-      IO::store2_unordered(g0 * wv, g1 * wv, o + j);
-    }
-    if (full < n) {
-      T gt[2 * kV] = {}, ot[2 * kV];
-      std::copy(g + full, g + n, gt);
-      const auto [g0, g1] = IO::load2_unordered(gt);
-      IO::store2_unordered(g0 * wv, g1 * wv, ot);
-      std::copy(ot, ot + (n - full), o + full);
-    }
+    const Vec wv(static_cast<acc_t<T>>(w[i]));  // as ATen's grad * w: the weight in acc_t
+    map_unordered(
+        n,
+        [&](const std::pair<Vec, Vec>& gv) {
+          return std::pair{gv.first * wv, gv.second * wv};
+        },
+        static_cast<T*>(out[i]) + at, g);
   }
 }
 
 template <class T>
 void run(const WeightedSumBackwardCpuParams& p) {
   const T* g = static_cast<const T*>(p.grad);
-  T* const* out = reinterpret_cast<T* const*>(p.out);
   // Grain: about kGrainSize elements written per task.
   const int64_t grain = std::max<int64_t>(kWsbBlock, kGrainSize / p.k);
   at::parallel_for(0, p.numel, grain, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += kWsbBlock) {
       const int64_t n = std::min(kWsbBlock, end - b);
-      wsb_block<T>(g + b, out, b, p.weights, p.k, n);
+      wsb_block<T>(g + b, p.out, b, p.weights, p.k, n);
     }
   });
 }
