@@ -1,15 +1,17 @@
-"""bench/run's allocator part: the 256 MiB float32 rows of kernels_cpu and backward_cpu run twice
-in a row, with glibc's default allocator and with freed memory kept for reuse, and their rows of
-the table (info: the judged rows are parts 3 and 3b, default allocator).
+"""bench/run's allocator part: the 256 MiB float32 rows of kernels_cpu and backward_cpu run three
+times in a row: as shipped (customop's CPU output cache on), with the cache off
+(CUSTOMOP_CPU_CACHE_BYTES=0: glibc's default allocator), and with the cache off but glibc keeping
+freed memory; their rows of the table (info: the judged rows are parts 3 and 3b, as shipped).
 
 Why: glibc serves an allocation above its mmap threshold (at most 32 MiB) with a fresh mmap and
 unmaps it when freed, so an op that returns a new 256 MiB tensor takes a page fault per 4 KiB
 page of it on every call: the kernel first touches zero-filled pages the OS maps one by one.
-copy_ into a kept tensor pays none. GLIBC_TUNABLES=glibc.malloc.mmap_max=0 (no mmap: every block
-from the heap) with a trim threshold above the working set (freed memory stays in the process)
-makes each call reuse the pages of the last: what a caching allocator (jemalloc, tcmalloc, as
-PyTorch's CPU performance guide recommends) gives. The same binaries, the same sizes, one after
-the other.
+copy_ into a kept tensor pays none. customop's CPU output cache (customop/cpu_cache.h) keeps its
+ops' freed output blocks for the next call. GLIBC_TUNABLES=glibc.malloc.mmap_max=0 (no mmap:
+every block from the heap) with a trim threshold above the working set (freed memory stays in
+the process) does the same for every allocation: what a caching allocator (jemalloc, tcmalloc,
+as PyTorch's CPU performance guide recommends) gives. The same binaries, the same sizes, one
+after the other.
 """
 
 import os
@@ -28,7 +30,8 @@ def run(build, quick, gbench, to_ns):
     names = "|".join(OPS)
     programs = (("kernels_cpu", f"^(copy/(copy_|clone)|({names})/customop)/{SIZE}/"),
                 ("backward_cpu", f"^({names})/customop/{SIZE}/"))
-    for alloc, env in (("default", None), ("kept", dict(os.environ, GLIBC_TUNABLES=KEEP))):
+    off = dict(os.environ, CUSTOMOP_CPU_CACHE_BYTES="0")
+    for alloc, env in (("cache", None), ("off", off), ("kept", dict(off, GLIBC_TUNABLES=KEEP))):
         for prog, filt in programs:
             try:
                 _, runs, errs = gbench(os.path.join(build, "bench", prog),
@@ -49,7 +52,8 @@ def rows(m, add):
     if not m:
         return
     part = "3c allocator"
-    case = "256 MiB float32: glibc default / freed memory kept"
+    case = "256 MiB float32: output cache (as shipped) / cache off / cache off, glibc keeps freed memory"
+    allocs = ("cache", "off", "kept")
 
     def pct(prog, name, alloc):
         copy = m.get(("kernels_cpu", "copy/copy_", alloc))
@@ -57,22 +61,23 @@ def rows(m, add):
         return f"{100 * v / copy:.0f}%" if v and copy else "n/a"
 
     add(part, "clone (a fresh output): GB/s / copy_ GB/s", case,
-        f"{pct('kernels_cpu', 'copy/clone', 'default')} / {pct('kernels_cpu', 'copy/clone', 'kept')}",
-        "(info)", None)
+        " / ".join(pct("kernels_cpu", "copy/clone", a) for a in allocs), "(info)", None)
     for op in OPS:
         for prog, what in (("kernels_cpu", "forward"), ("backward_cpu", "backward")):
             name = f"{op}/customop"
             add(part, f"{op} {what}: customop GB/s / copy_ GB/s", case,
-                f"{pct(prog, name, 'default')} / {pct(prog, name, 'kept')}", "(info)", None)
+                " / ".join(pct(prog, name, a) for a in allocs), "(info)", None)
 
 
 def details(m):
     """The raw GB/s behind the rows, as markdown lines."""
     if not m:
         return []
-    out = ["", f"Allocator (part 3c; GB/s at 256 MiB float32, best of 3; kept = GLIBC_TUNABLES={KEEP}):",
-           "", "| program | benchmark | default | kept |", "|---|---|---|---|"]
+    out = ["", "Allocator (part 3c; GB/s at 256 MiB float32, best of 3; cache = as shipped, off = "
+           f"CUSTOMOP_CPU_CACHE_BYTES=0, kept = that and GLIBC_TUNABLES={KEEP}):",
+           "", "| program | benchmark | cache | off | kept |", "|---|---|---|---|---|"]
     for prog, name in sorted({(k[0], k[1]) for k in m}):
-        out.append(f"| {prog} | {name} | {m.get((prog, name, 'default'), 0):.1f} | "
-                   f"{m.get((prog, name, 'kept'), 0):.1f} |")
+        out.append(f"| {prog} | {name} | "
+                   + " | ".join(f"{m.get((prog, name, a), 0):.1f}" for a in ("cache", "off", "kept"))
+                   + " |")
     return out

@@ -3,6 +3,7 @@
 // kernel needs a shape function, and the check that an out kernel left its outputs where and
 // as they were allocated.
 
+#include <customop/cpu_cache.h>
 #include <customop/op_core.h>
 #include <customop/shape.h>
 
@@ -17,12 +18,22 @@ namespace customop {
 namespace detail {
 
 at::Tensor allocate(const TensorSpec& spec, bool meta) {
+  TORCH_CHECK_VALUE(!spec.strides || spec.strides->size() == spec.sizes.size(),
+                    "customop::TensorSpec: ", spec.sizes.size(), " sizes but ",
+                    spec.strides->size(), " strides; give one stride per dim");
+  // Real CPU outputs come from the CPU output cache (customop/cpu_cache.h).
+  if (!meta && spec.device.is_cpu()) {
+    const auto sizes = c10::asIntArrayRefSlowOpt(spec.sizes);
+    if (sizes && !spec.strides) return cpu_cache::empty(*sizes, spec.dtype);
+    if (sizes) {
+      if (const auto strides = c10::asIntArrayRefSlowOpt(*spec.strides)) {
+        return cpu_cache::empty_strided(*sizes, *strides, spec.dtype);
+      }
+    }
+  }
   const auto options =
       at::TensorOptions().dtype(spec.dtype).device(meta ? c10::Device(c10::kMeta) : spec.device);
   if (!spec.strides) return at::empty_symint(spec.sizes, options);
-  TORCH_CHECK_VALUE(spec.strides->size() == spec.sizes.size(),
-                    "customop::TensorSpec: ", spec.sizes.size(), " sizes but ",
-                    spec.strides->size(), " strides; give one stride per dim");
   return at::empty_strided_symint(spec.sizes, *spec.strides, options);
 }
 

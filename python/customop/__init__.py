@@ -47,7 +47,7 @@ def load_library(path) -> None:
     _sharding.register_declared_rules()
 
 
-from . import gradcheck  # noqa: E402
+from . import cpu_cache, gradcheck  # noqa: E402
 from .ops import (  # noqa: E402  (after the library is loaded)
     BUILT_IN_OPS,
     bias_gelu,
@@ -70,6 +70,7 @@ from .ops import (  # noqa: E402  (after the library is loaded)
 
 __all__ = [
     "BUILT_IN_OPS",
+    "cpu_cache",
     "gradcheck",
     "load_library",
     "recorded_torch_version",

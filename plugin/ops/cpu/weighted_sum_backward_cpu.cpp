@@ -78,13 +78,21 @@ void weighted_sum_backward_kernel(const WeightedSumBackwardCpuParams& p) {
 
 #include "detail/weighted_sum.h"
 
+#include <customop/cpu_cache.h>
+
 #include <vector>
 
 namespace customop::ops::detail {
 
 std::vector<at::Tensor> weighted_sum_backward_cpu(const WeightedSumBackwardArgs& a) {
-  std::vector<at::Tensor> out = weighted_sum_backward_outputs(a);
+  check_weighted_sum_backward(a, c10::DeviceType::CPU);
   const at::Tensor g = a.grad.contiguous();
+  // As weighted_sum_backward_outputs, from the CPU output cache (customop/cpu_cache.h).
+  std::vector<at::Tensor> out;
+  out.reserve(a.weights.size());
+  for (size_t k = 0; k < a.weights.size(); ++k) {
+    out.push_back(cpu_cache::empty(g.sizes(), g.scalar_type()));
+  }
   std::vector<void*> ptrs;
   ptrs.reserve(out.size());
   for (auto& t : out) ptrs.push_back(t.mutable_data_ptr());

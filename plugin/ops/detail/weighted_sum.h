@@ -21,7 +21,8 @@ void weighted_sum_cuda(const WeightedSumArgs& args, const at::Tensor& out);
 void check_weighted_sum_backward(const WeightedSumBackwardArgs& args, c10::DeviceType device);
 
 /// The K outputs of weighted_sum_backward, after its checks: grad's shape, dtype and device,
-/// contiguous, one allocation each (the kernels' and, on meta tensors, the fake kernel's).
+/// contiguous, one allocation each (the CUDA kernel's and the fake kernel's; the CPU kernel
+/// takes the same from the CPU output cache).
 std::vector<at::Tensor> weighted_sum_backward_outputs(const WeightedSumBackwardArgs& args);
 
 /// The backward kernels (cpu/weighted_sum_backward_cpu.cpp, cuda/weighted_sum_backward_cuda.cpp).
