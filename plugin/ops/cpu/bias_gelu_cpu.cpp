@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace customop::ops::cpu {
 
@@ -73,18 +74,86 @@ void bias_gelu_segment(const T* x, const T* b, T* y, int64_t n) {
       y, x, b);
 }
 
+// bfloat16: s = x + b rounded to bfloat16 takes one of 2^16 values, so y = gelu(s) rounded is
+// a table lookup. The table is this build's own bias_gelu_segment run once over every bit
+// pattern (with b = -0, so s = x exactly, -0 and NaN included): a lookup gives bit for bit what
+// the computation gives, for a gather and a few integer ops instead of the erf (or tanh)
+// polynomial. 2^16 + 1 entries (128 KiB, in L2): a 32-bit gather at entry i reads i + 1 too.
+// Where it pays (one thread, 64 Ki elements in L2, AMD EPYC): the AVX2 build 0.56 ns per
+// element against 0.77 computed, the default build 7.7 against 20.9; the AVX-512 build
+// computes (0.66 ns, against 0.69 with the table: its wider gelu is cheaper, the gathers not).
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr bool kBf16Table = false;
+#else
+constexpr bool kBf16Table = true;
+#endif
+constexpr int64_t kBf16Patterns = int64_t{1} << 16;
+
+template <bool kTanh>
+const c10::BFloat16* bf16_gelu_table() {
+  static const std::vector<c10::BFloat16> table = [] {
+    std::vector<c10::BFloat16> x(kBf16Patterns + 1), b(kBf16Patterns + 1, c10::BFloat16(-0.0f));
+    std::vector<c10::BFloat16> y(kBf16Patterns + 1, c10::BFloat16(0.0f));
+    for (int64_t i = 0; i < kBf16Patterns; ++i) {
+      x[i] = c10::BFloat16(static_cast<uint16_t>(i), c10::BFloat16::from_bits());
+    }
+    bias_gelu_segment<c10::BFloat16, kTanh>(x.data(), b.data(), y.data(), kBf16Patterns);
+    return y;
+  }();
+  return table.data();
+}
+
+// table[bits of s] per lane, as float32 lanes holding the bfloat16 result in their high half
+// (what store2_unordered rounds back to itself). s is already rounded to bfloat16.
+inline at::vec::Vectorized<float> bf16_lookup(const c10::BFloat16* table,
+                                              const at::vec::Vectorized<float>& s) {
+  using IVec = at::vec::Vectorized<int32_t>;
+  const IVec index = (at::vec::cast<int32_t>(s) >> IVec(16)) & IVec(0xFFFF);
+#if defined(CPU_CAPABILITY_AVX2)
+  // 32 bits at byte 2 i: entry i in the low half (x86 is little-endian).
+  const IVec words =
+      at::vec::cast<int32_t>(at::vec::gather<2>(reinterpret_cast<const float*>(table), index));
+#else
+  alignas(64) int32_t lanes[IVec::size()];
+  index.store(lanes);
+  for (auto& l : lanes) l = table[l].x;
+  const IVec words = IVec::loadu(lanes);
+#endif
+  return at::vec::cast<float>(words << IVec(16));
+}
+
+template <bool kTanh>
+void bias_gelu_bf16_segment(const c10::BFloat16* x, const c10::BFloat16* b, c10::BFloat16* y,
+                            int64_t n, const c10::BFloat16* table) {
+  using IO = VecIO<c10::BFloat16>;
+  using Pair = std::pair<IO::Vec, IO::Vec>;
+  map_unordered(
+      n,
+      [table](const Pair& xv, const Pair& bv) {
+        const auto [s0, s1] = IO::round2(xv.first + bv.first, xv.second + bv.second);
+        return Pair{bf16_lookup(table, s0), bf16_lookup(table, s1)};
+      },
+      y, x, b);
+}
+
 template <class T, bool kTanh>
 void run(const BiasGeluCpuParams& p) {
   const T* x = static_cast<const T*>(p.input);
   const T* b = static_cast<const T*>(p.bias);
   T* y = static_cast<T*>(p.output);
   const int64_t d = p.cols;
+  const c10::BFloat16* table = nullptr;
+  if constexpr (kBf16Table && std::is_same_v<T, c10::BFloat16>) table = bf16_gelu_table<kTanh>();
   at::parallel_for(0, p.rows * d, kGrainSize, [&](int64_t begin, int64_t end) {
     int64_t i = begin;
     while (i < end) {
       const int64_t col = i % d;
       const int64_t n = std::min(d - col, end - i);
-      bias_gelu_segment<T, kTanh>(x + i, b + col, y + i, n);
+      if constexpr (kBf16Table && std::is_same_v<T, c10::BFloat16>) {
+        bias_gelu_bf16_segment<kTanh>(x + i, b + col, y + i, n, table);
+      } else {
+        bias_gelu_segment<T, kTanh>(x + i, b + col, y + i, n);
+      }
       i += n;
     }
   });
