@@ -1,6 +1,8 @@
 """The built-in ops as Python functions: named arguments, defaults and docstrings from each
 op's schema; a call goes straight to torch.ops.customop.<name> (autograd, torch.compile and
-torch.export see the dispatcher op). Import through `import customop`, which loads the op
+torch.export see the dispatcher op). With its outputs as keywords (`out=` for one output, else
+the .out overload's names: `values=`, `indices=`) a call goes to the .out overload and returns
+those buffers. Import through `import customop`, which loads the op
 library first."""
 
 from __future__ import annotations
@@ -18,10 +20,47 @@ BUILT_IN_OPS = ("bias_gelu", "bias_gelu_", "bias_gelu_backward", "clamp_count",
                 "weighted_sum_backward")
 
 
+def _out_names(packet) -> tuple[str, ...]:
+    """The keyword-only output arguments of an op's .out overload, in schema order (() when it
+    has none)."""
+    if "out" not in packet.overloads():
+        return ()
+    return tuple(a.name for a in packet.out._schema.arguments
+                 if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+
+
+def _call_out(name: str, packet, out_names: tuple[str, ...], args, kwargs):
+    """The out= form of a wrapped op: packet.out with the caller's buffers; returns them (one
+    tensor, or a tuple in schema order). TypeError naming the op when it has no .out overload
+    or a buffer is missing or misnamed."""
+    if not out_names:
+        raise TypeError(
+            f"customop.{name}: this op has no out= form (no .out overload: in-place ops, ops "
+            "returning Tensor[] and ops without a shape function have none), but got out=; "
+            "call it without out=")
+    given = [k for k in kwargs if k in out_names or k == "out"]
+    missing = [n for n in out_names if n not in kwargs]
+    if missing:
+        raise TypeError(
+            f"customop.{name}: the out= form takes every output by name "
+            f"({', '.join(n + '=' for n in out_names)}), but got {', '.join(k + '=' for k in given)}"
+            f"; missing {', '.join(missing)}")
+    packet.out(*args, **kwargs)
+    outs = tuple(kwargs[n] for n in out_names)
+    return outs[0] if len(outs) == 1 else outs
+
+
 def _wrap(name: str):
-    overload = getattr(torch.ops.customop, name).default
+    packet = getattr(torch.ops.customop, name)
+    overload = packet.default
+    out_names = _out_names(packet)
+    out_keys = frozenset(out_names) | {"out"}
 
     def op(*args, **kwargs):
+        # NB: a call without keywords (the common one) costs one truth test more than
+        # torch.ops; the out= form goes to the .out overload.
+        if kwargs and not out_keys.isdisjoint(kwargs):
+            return _call_out(name, packet, out_names, args, kwargs)
         return overload(*args, **kwargs)
 
     schema = overload._schema

@@ -103,6 +103,36 @@ def test_bad_arguments_name_the_op():
         customop.rms_norm(torch.ones(2, 3, dtype=F64), torch.ones(4, dtype=F64))
 
 
+def test_the_out_form_writes_the_buffers_and_returns_them():
+    x, w = torch.randn(4, 8), torch.rand(8) + 0.5
+    y = torch.empty(4, 8)
+    assert customop.rms_norm(x, w, out=y) is y
+    torch.testing.assert_close(y, customop.rms_norm(x, w), rtol=0, atol=0)
+    values, indices = torch.empty(4), torch.empty(4, dtype=torch.long)
+    got = customop.max_along(x, 1, values=values, indices=indices)
+    assert got[0] is values and got[1] is indices
+    assert torch.equal(values, x.max(1).values) and torch.equal(indices, x.max(1).indices)
+
+
+@pytest.mark.parametrize(
+    "call, text",
+    [
+        (lambda x: customop.max_along(x, 1, out=torch.empty(4)),
+         r"customop.max_along: the out= form takes every output by name \(values=, indices=\), "
+         r"but got out=; missing values, indices"),
+        (lambda x: customop.max_along(x, 1, values=torch.empty(4)),
+         r"customop.max_along: .* but got values=; missing indices"),
+        (lambda x: customop.rms_norm_(x, torch.ones(8), out=x),
+         r"customop.rms_norm_: this op has no out= form"),
+        (lambda x: customop.weighted_sum_backward(x, [1.0], out=x),
+         r"customop.weighted_sum_backward: this op has no out= form"),
+    ],
+)
+def test_a_bad_out_form_names_the_op_and_the_outputs(call, text):
+    with pytest.raises(TypeError, match=text):
+        call(torch.randn(4, 8))
+
+
 def test_the_committed_stubs_match_the_schemas():
     stub = pathlib.Path(customop.__file__).with_name("ops.pyi")
     assert stub.read_text() == _stubs.render(customop.BUILT_IN_OPS), (
