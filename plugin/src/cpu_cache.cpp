@@ -17,7 +17,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -54,9 +56,12 @@ std::size_t page_size() {
   return page;
 }
 
+// The most a limit can be: what stats() reports as a non-negative int64.
+constexpr std::size_t kMaxLimit = static_cast<std::size_t>(INT64_MAX);
+
 // CUSTOMOP_CPU_CACHE_BYTES, else min(1 GiB, physical memory / 16) (0 in sanitizer builds). A value
-// that is not a whole number of bytes is refused with a warning (the default stays) rather than
-// guessed at.
+// that is not a whole number of bytes up to 2^63 - 1 (digits only: no sign, no spaces) is refused
+// with a warning (the default stays) rather than guessed at.
 std::size_t initial_limit() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   std::size_t limit = kDefaultLimitCap;
@@ -70,14 +75,15 @@ std::size_t initial_limit() {
   }
   const char* env = std::getenv("CUSTOMOP_CPU_CACHE_BYTES");
   if (env == nullptr || *env == '\0') return limit;
+  bool digits = true;
+  for (const char* c = env; *c != '\0'; ++c) digits = digits && *c >= '0' && *c <= '9';
   char* end = nullptr;
   errno = 0;
-  const unsigned long long v = std::strtoull(env, &end, 10);
-  if (errno != 0 || *end != '\0' || env[0] == '-') {
-    TORCH_WARN(
-        "customop: CUSTOMOP_CPU_CACHE_BYTES must be a whole number of bytes (0 turns the "
-        "CPU output cache off), but got '",
-        env, "'; using the default, ", limit, " bytes");
+  const unsigned long long v = digits ? std::strtoull(env, &end, 10) : 0;
+  if (!digits || errno != 0 || v > kMaxLimit) {
+    TORCH_WARN("customop: CUSTOMOP_CPU_CACHE_BYTES must be a whole number of bytes, at most ",
+               kMaxLimit, " (digits only; 0 turns the CPU output cache off), but got '", env,
+               "'; using the default, ", limit, " bytes");
     return limit;
   }
   return static_cast<std::size_t>(v);
@@ -98,11 +104,12 @@ class BlockCache final : public c10::Allocator {
   }
 
   c10::DataPtr allocate(std::size_t n) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (n < kMinBytes || limit_ == 0) return c10::GetCPUAllocator()->allocate(n);
+    // NB: no lock on this path: small outputs from every thread go straight through.
+    if (n < kMinBytes || limit_.load(std::memory_order_relaxed) == 0) {
+      return c10::GetCPUAllocator()->allocate(n);
     }
     Block* block = take(round_up(n));
+    report(block, static_cast<int64_t>(block->bytes));
     return {block->base, block, &give_back, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -133,7 +140,7 @@ class BlockCache final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       previous = limit_;
-      limit_ = bytes;
+      limit_ = std::min(bytes, kMaxLimit);
       evict_locked(limit_, freed);
     }
     unmap(freed);
@@ -175,9 +182,24 @@ class BlockCache final : public c10::Allocator {
     return new Block{base, bytes};
   }
 
+  // torch.profiler's memory view (profile_memory=True): a block is allocated while a tensor
+  // owns it, as c10's CPU allocator reports its memory.
+  void report(const Block* block, int64_t delta) {
+    if (!c10::memoryProfilingEnabled()) return;
+    std::size_t live = 0, held = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live = live_bytes_;
+      held = live_bytes_ + idle_bytes_;
+    }
+    c10::reportMemoryUsageToProfiler(block->base, delta, live, held,
+                                     c10::Device(c10::DeviceType::CPU));
+  }
+
   static void give_back(void* ctx) {
     auto* block = static_cast<Block*>(ctx);
     BlockCache& cache = instance();
+    cache.report(block, -static_cast<int64_t>(block->bytes));
     std::vector<Block*> freed;
     {
       std::lock_guard<std::mutex> lock(cache.mutex_);
@@ -212,7 +234,7 @@ class BlockCache final : public c10::Allocator {
   }
 
   std::mutex mutex_;
-  std::size_t limit_;
+  std::atomic<std::size_t> limit_;           // written under mutex_; read without it by allocate()
   std::multimap<std::size_t, Block*> idle_;  // by size
   std::size_t idle_bytes_ = 0;
   std::size_t live_bytes_ = 0;

@@ -48,6 +48,7 @@ def test_release_and_limit(cache):
     "bad, error, text",
     [
         (-1, ValueError, "must be >= 0"),
+        (1 << 63, ValueError, "must be >= 0 and <= 2"),
         (1.5, TypeError, "must be an int"),
         (True, TypeError, "must be an int"),
     ],
@@ -55,3 +56,41 @@ def test_release_and_limit(cache):
 def test_bad_limits_are_refused_by_name(bad, error, text):
     with pytest.raises(error, match="customop.cpu_cache.set_limit: limit_bytes " + text):
         customop.cpu_cache.set_limit(bad)
+
+
+def test_an_integer_like_limit_is_taken(cache):
+    numpy = pytest.importorskip("numpy")
+    assert cache.set_limit(numpy.int64(8 * MIB)) == 256 * MIB
+    assert cache.stats()["limit_bytes"] == 8 * MIB
+
+
+def test_the_profiler_sees_cached_outputs(cache):
+    x, w = torch.randn(1024, 1024), torch.ones(1024)
+    with torch.profiler.profile(profile_memory=True) as prof:
+        y = customop.rms_norm(x, w)
+        del y
+    events = [e for e in prof.events() if e.cpu_memory_usage != 0]
+    assert any(e.cpu_memory_usage == 4 * MIB for e in events), [
+        (e.name, e.cpu_memory_usage) for e in events]
+
+
+@pytest.mark.parametrize("value, limit", [("123", 123), (" -5", None), ("12 ", None),
+                                          (str(1 << 63), None), ("0", 0)])
+def test_the_environments_limit_is_taken_only_as_digits(value, limit):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import warnings, torch, customop\n"
+            "warnings.simplefilter('always')\n"
+            "customop.rms_norm(torch.randn(1024, 1024), torch.ones(1024))\n"
+            "print(customop.cpu_cache.stats()['limit_bytes'])\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, CUSTOMOP_CPU_CACHE_BYTES=value), timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = int(run.stdout.split()[-1])
+    if limit is None:
+        assert "CUSTOMOP_CPU_CACHE_BYTES must be a whole number of bytes" in run.stderr
+        assert got > 0
+    else:
+        assert got == limit and "CUSTOMOP_CPU_CACHE_BYTES" not in run.stderr

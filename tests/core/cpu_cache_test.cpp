@@ -101,6 +101,12 @@ TEST_F(CpuCache, IdleMemoryStaysUnderTheLimitLargestFirstOut) {
   EXPECT_EQ(cache::stats().idle_bytes, static_cast<std::size_t>(2 * kMiB));
 }
 
+TEST_F(CpuCache, ALimitAboveInt64IsTakenAsItsMaximum) {
+  cache::set_limit(SIZE_MAX);
+  EXPECT_EQ(cache::stats().limit_bytes, static_cast<std::size_t>(INT64_MAX));
+  EXPECT_EQ(cache::set_limit(64 * kMiB), static_cast<std::size_t>(INT64_MAX));
+}
+
 TEST_F(CpuCache, ReleaseUnmapsEveryIdleBlockAndKeepsLiveOnes) {
   at::Tensor live = mib_tensor(2);
   live.fill_(1.0f);

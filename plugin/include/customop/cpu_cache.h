@@ -10,16 +10,20 @@
 // its CPU counterpart for customop's outputs only (ATen's own allocations are untouched).
 //
 // What it does: a request of at least `kMinBytes` takes an idle block of at least its size and
-// at most 1/8 larger, or maps a new one. When the tensor's storage is freed, the block goes
-// back to the idle list, unless the idle list would then hold more than the limit: then the
-// largest idle blocks are unmapped first. Smaller requests, and every request while the limit
-// is 0, go to c10's CPU allocator as before. Blocks are 64-byte aligned (mmap gives pages).
+// at most 1/8 larger, or maps a new one. When the tensor's storage is freed, its block goes back
+// to the idle list, if it fits under the limit; to make room, the largest other idle blocks are
+// unmapped first (a block larger than the limit is unmapped at once). Smaller requests, and
+// every request while the limit is 0, go to c10's CPU allocator as before. Blocks are 64-byte
+// aligned (mmap gives pages). torch.profiler's memory view sees a block while a tensor owns it.
 //
-// The limit bounds idle memory only (memory held for reuse, not owned by any tensor). It is
-// `CUSTOMOP_CPU_CACHE_BYTES` from the environment when the library loads (bytes; 0 turns the
-// cache off), else 1 GiB or 1/16 of physical memory, whichever is smaller; in ASan and TSan
-// builds it is 0 unless set (a reused block can be larger than its tensor, where ASan would not
-// see a write past the tensor's end).
+// The limit bounds idle memory only (memory held for reuse, not owned by any tensor), per
+// process (each forked DataLoader worker has its own). It is `CUSTOMOP_CPU_CACHE_BYTES` from the
+// environment as the cache is first used (bytes, digits only, at most 2^63 - 1; 0 turns the
+// cache off; anything else: a warning and the default), else 1 GiB or 1/16 of physical memory
+// (sysconf's, not a container's limit), whichever is smaller; in ASan and TSan builds it is 0
+// unless set (a reused block can be larger than its tensor, where ASan would not see a write
+// past the tensor's end). ATen's own allocations do not draw on idle blocks: when one fails for
+// lack of memory, release() is the caller's to call.
 //
 // Every function here is thread-safe. Storage from the cache can be resized (resize_ asks the
 // cache again), shared (share_memory_ copies it) and freed from any thread, also after fork.
@@ -33,7 +37,9 @@
 
 namespace customop::cpu_cache {
 
-/// Requests below this many bytes bypass the cache (glibc's heap serves them without faults).
+/// Requests below this many bytes bypass the cache (glibc serves most of them from its heap,
+/// whose freed memory it keeps; its mmap threshold starts at 128 KiB and rises as mapped blocks
+/// are freed).
 inline constexpr std::size_t kMinBytes = std::size_t{1} << 20;
 
 /// A snapshot of the cache's counters.
@@ -68,8 +74,9 @@ Stats stats();
 /// Unmaps every idle block; returns the bytes given back to the OS. Tensors keep their memory.
 std::size_t release();
 
-/// Sets the idle limit (bytes; 0 turns the cache off and releases every idle block), and
-/// returns the previous one. Idle blocks over the new limit are unmapped now.
+/// Sets the idle limit (bytes; 0 turns the cache off and releases every idle block; values
+/// above 2^63 - 1 are taken as 2^63 - 1), and returns the previous one. Idle blocks over the new
+/// limit are unmapped now.
 std::size_t set_limit(std::size_t bytes);
 
 }  // namespace customop::cpu_cache
