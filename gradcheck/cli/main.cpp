@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   bool quiet = false;
   bool sharding = false;
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int intra_op_threads = 0;
 
   app.add_flag("--list", list, "List the ops that would be checked, then exit");
   app.add_flag("--sharding", sharding,
@@ -219,6 +220,10 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "No progress lines on stderr");
   app.add_option("-j,--jobs", jobs, "Cases checked at once, one thread each (default: cores)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--intra-op-threads", intra_op_threads,
+                 "ATen intra-op threads each case's kernels may use (default: ATen's default "
+                 "(OMP_NUM_THREADS, else the physical cores) divided by --jobs, at least 1)")
+      ->check(CLI::PositiveNumber);
 
   try {
     app.parse(argc, argv);
@@ -287,6 +292,8 @@ int main(int argc, char** argv) {
                             : input_subsets == "singles" ? gc::InputSubsets::kEachAlone
                                                          : gc::InputSubsets::kEachAloneAndAllButOne;
   run.jobs = jobs;
+  run.intra_op_threads =
+      intra_op_threads > 0 ? intra_op_threads : gc::intra_op_threads_per_job(jobs);
   run.check.low_precision = low_precision == "ridders"   ? gc::LowPrecisionMethod::kRidders
                             : low_precision == "central" ? gc::LowPrecisionMethod::kCentral
                             : low_precision == "float64-reference"

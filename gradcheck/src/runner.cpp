@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
@@ -255,6 +256,7 @@ RunSummary run_registered_ops(const RunOptions& options) {
   RunSummary summary;
   summary.jobs = std::max(1, options.jobs);
   const auto run_t0 = std::chrono::steady_clock::now();
+  if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpCore& op = *ops[k];
     const std::size_t first_case = summary.cases.size();
@@ -332,6 +334,10 @@ RunSummary run_registered_ops(const RunOptions& options) {
   return summary;
 }
 
+int intra_op_threads_per_job(int jobs) {
+  return std::max(1, at::intraop_default_num_threads() / std::max(1, jobs));
+}
+
 RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& options) {
   const bool want_cuda = std::find(options.devices.begin(), options.devices.end(),
                                    c10::DeviceType::CUDA) != options.devices.end();
@@ -340,6 +346,7 @@ RunSummary run_spec_cases(const std::vector<SpecCase>& cases, const RunOptions& 
   RunSummary summary;
   summary.jobs = std::max(1, options.jobs);
   const auto run_t0 = std::chrono::steady_clock::now();
+  if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   // Every spec case's jobs at once (a spec case is often a single job), then the progress.
   std::vector<std::function<CaseResult()>> jobs;
   std::vector<std::size_t> first_job(cases.size() + 1, 0);

@@ -1,6 +1,9 @@
 // customop-gradcheck: exit codes (0 passed, 1 failed, 2 usage or bad input), one-line errors,
 // progress, --list, --json, --heatmap, --samples, --load.
 
+#include <customop/gradcheck/runner.h>
+
+#include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -50,20 +53,36 @@ int lines(const std::string& s) {
 TEST(Cli, HelpExitsZero) {
   const CliRun r = cli("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* flag :
-       {"--list", "--op", "--device", "--dtype", "--mode", "--seed", "--eps", "--atol", "--rtol",
-        "--nondet-tol", "--json", "--heatmap", "--load", "--samples"}) {
+  for (const char* flag : {"--list", "--op", "--device", "--dtype", "--mode", "--seed", "--eps",
+                           "--atol", "--rtol", "--nondet-tol", "--json", "--heatmap", "--load",
+                           "--samples", "--jobs", "--intra-op-threads"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
 
 TEST(Cli, BadFlagsAreOneLineUsageErrors) {
-  for (const char* args :
-       {"--bogus", "--device gpu", "--dtype float8", "--mode medium", "--seed minus-one",
-        "--load /nonexistent/lib.so", "--samples /nonexistent/spec.json", "--atol -1", "--eps nan",
-        "--eps 0", "--eps inf", "--atol nan", "--rtol inf", "--nondet-tol nan", "--seed -1",
-        "--seed 18446744073709551616", "--json /nonexistent/dir/out.json", "--json /tmp",
-        "--heatmap /proc/customop_heatmap"}) {
+  for (const char* args : {"--bogus",
+                           "--device gpu",
+                           "--dtype float8",
+                           "--mode medium",
+                           "--seed minus-one",
+                           "--load /nonexistent/lib.so",
+                           "--samples /nonexistent/spec.json",
+                           "--atol -1",
+                           "--eps nan",
+                           "--eps 0",
+                           "--eps inf",
+                           "--atol nan",
+                           "--rtol inf",
+                           "--nondet-tol nan",
+                           "--seed -1",
+                           "--seed 18446744073709551616",
+                           "--json /nonexistent/dir/out.json",
+                           "--json /tmp",
+                           "--heatmap /proc/customop_heatmap",
+                           "--jobs 0",
+                           "--intra-op-threads 0",
+                           "--intra-op-threads -2"}) {
     const CliRun r = cli(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
@@ -161,6 +180,24 @@ TEST(Cli, SamplesSpecChecksAnAtenOp) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("\"shape\" must be a list"));
+}
+
+// The jobs share ATen's intra-op threads: the CLI's default, and what a run sets.
+TEST(Cli, IntraOpThreadsAreSharedAmongTheJobs) {
+  namespace gc = customop::gradcheck;
+  EXPECT_GE(gc::intra_op_threads_per_job(1), 1);
+  EXPECT_EQ(gc::intra_op_threads_per_job(0), gc::intra_op_threads_per_job(1));
+  EXPECT_GE(gc::intra_op_threads_per_job(1), gc::intra_op_threads_per_job(2));
+  EXPECT_EQ(gc::intra_op_threads_per_job(1 << 20), 1);
+  const int before = at::get_num_threads();
+  gc::RunOptions o;
+  o.intra_op_threads = before + 1;
+  gc::run_spec_cases({}, o);
+  EXPECT_EQ(at::get_num_threads(), before + 1);
+  o.intra_op_threads = 0;  // left as it is
+  gc::run_spec_cases({}, o);
+  EXPECT_EQ(at::get_num_threads(), before + 1);
+  at::set_num_threads(before);
 }
 
 TEST(Cli, RangeErrorsSayWhatIsExpected) {

@@ -10,8 +10,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,18 +20,6 @@
 namespace customop::gradcheck::detail {
 
 namespace {
-
-/// Identity whose backward returns an undefined grad: what reaches the op's backward when an
-/// output's grad is undefined (the role of torch._C._functions.UndefinedGrad in Python).
-struct UndefinedGradFunction : torch::autograd::Function<UndefinedGradFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) {
-    return x.clone();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 const torch::autograd::variable_list&) {
-    return {at::Tensor()};
-  }
-};
 
 int rank(c10::ScalarType t) {
   switch (t) {
@@ -65,7 +51,7 @@ at::Tensor bounded_unit(int64_t n, at::Generator& gen) {
 /// True when `g` holds a nonzero element (NaN counts as nonzero).
 bool has_nonzero(const at::Tensor& g) {
   if (!g.defined() || g.numel() == 0) return false;
-  const at::Tensor flat = flat_double(g);  // holds the elements values_of points into
+  const at::Tensor flat = dense_double(g);  // holds the elements values_of points into
   const auto values = values_of(flat);
   return std::any_of(values.begin(), values.end(), [](double x) { return x != 0; });
 }
@@ -386,11 +372,10 @@ class Checker {
       }
     }
     for (const auto& undefined : scenarios) {
-      std::vector<at::Tensor> wrapped, zeros;
+      std::vector<at::Tensor> zeros;
       std::string which;
       for (std::size_t i = 0; i < num_outputs_; ++i) {
         const auto& y = diff_outputs_[i];
-        wrapped.push_back(undefined[i] ? UndefinedGradFunction::apply(y) : y);
         zeros.push_back(at::zeros_like(y).requires_grad_(false));
         if (undefined[i]) {
           which +=
@@ -403,7 +388,8 @@ class Checker {
                                        ? "with every output grad undefined"
                                        : "with the grad of output " + which + " undefined";
       try {
-        const auto grads = vjp(wrapped, zeros, c_.leaves, result_.counts);
+        const auto grads =
+            vjp_undefined(diff_outputs_, zeros, undefined, c_.leaves, result_.counts);
         for (std::size_t j = 0; j < num_inputs_; ++j) {
           if (!has_nonzero(grads[j])) continue;
           fail(Check::kUndefinedGrad, -1, static_cast<int>(j),
@@ -877,22 +863,6 @@ class Checker {
 };
 
 }  // namespace
-
-std::vector<at::Tensor> vjp(const std::vector<at::Tensor>& outputs,
-                            const std::vector<at::Tensor>& grad_outputs,
-                            const std::vector<at::Tensor>& inputs, OpCounts& counts,
-                            bool create_graph) {
-  ++counts.vjp_calls;
-  auto grads = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/true,
-                                     create_graph, /*allow_unused=*/true);
-  // A backward may return a ZeroTensor (at::_efficientzerotensor: sign's and sgn's for real
-  // inputs), which has no data to read: the zeros it stands for. (torch's Python
-  // autograd.grad materializes them the same way.)
-  for (auto& g : grads) {
-    if (g.defined() && g._is_zerotensor()) g = at::zeros(g.sizes(), g.options());
-  }
-  return grads;
-}
 
 void add_failure(GradcheckResult& result, Check check, bool second_order, int output, int input,
                  std::string headline, std::string detail) {

@@ -6,6 +6,7 @@
 // (inputs, grad_outputs) -> grads, for the second order. Internal to customop_gradcheck.
 
 #include "detail/function.h"
+#include "detail/vjp.h"
 
 #include <customop/gradcheck/options.h>
 #include <customop/gradcheck/result.h>
@@ -36,12 +37,6 @@ struct Checked {
 Checked check_function(const Function& f, const std::vector<at::Tensor>& point,
                        const GradcheckOptions& options, const Tolerances& tol, Order order,
                        GradcheckResult& result);
-
-/// One backward pass; counts it.
-std::vector<at::Tensor> vjp(const std::vector<at::Tensor>& outputs,
-                            const std::vector<at::Tensor>& grad_outputs,
-                            const std::vector<at::Tensor>& inputs, OpCounts& counts,
-                            bool create_graph = false);
 
 /// Adds a failure and marks the result failed.
 void add_failure(GradcheckResult& result, Check check, bool second_order, int output, int input,

@@ -14,15 +14,16 @@
 
 namespace customop::gradcheck::detail {
 
-/// True when `t` is a contiguous float64 CPU tensor: values_of reads it as it is.
+/// True when `t` is a contiguous float64 CPU tensor (not a negative view): values_of reads it
+/// as it is.
 inline bool is_dense_double(const at::Tensor& t) {
-  return t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous();
+  return t.scalar_type() == at::kDouble && t.device().is_cpu() && t.is_contiguous() && !t.is_neg();
 }
 
 /// `t` as a contiguous float64 CPU tensor of its shape: itself when it is one (no dispatch),
 /// else a converted copy.
 inline at::Tensor dense_double(const at::Tensor& t) {
-  return is_dense_double(t) ? t : t.detach().to(at::kCPU, at::kDouble).contiguous();
+  return is_dense_double(t) ? t : t.detach().to(at::kCPU, at::kDouble).resolve_neg().contiguous();
 }
 
 /// The elements of `t`, which must be a contiguous float64 CPU tensor (as flat_double and

@@ -88,7 +88,22 @@ struct RunOptions {
   /// own generator; samples are drawn before, in order). Results keep their order; progress
   /// lines come per op (per spec case) once its cases are done. 1: one after the other.
   int jobs = 1;
+  /// ATen's intra-op thread count for the run (the threads of one kernel's parallel loops).
+  /// 0: left as it is. > 0: set with at::set_num_threads before the first case, process-wide
+  /// and kept after the run, as torch.set_num_threads does. The CLI sets
+  /// intra_op_threads_per_job(jobs), so that jobs x intra-op threads fit the cores.
+  int intra_op_threads = 0;
 };
+
+/// ATen's default intra-op thread count (OMP_NUM_THREADS, else MKL_NUM_THREADS, else the
+/// physical cores: at::intraop_default_num_threads()) divided among `jobs` concurrent cases,
+/// at least 1.
+/// \param jobs  cases run at once (RunOptions::jobs); below 1 counts as 1
+/// \returns the intra-op threads each case's kernels may use, >= 1
+/// \throws nothing.
+/// Example (2 cores, no thread variables set):
+///   assert(customop::gradcheck::intra_op_threads_per_job(2) == 1);
+int intra_op_threads_per_job(int jobs);
 
 /// Matches an op name against a shell-style glob.
 /// \param pattern  the glob: '*' any run of characters, '?' one character, else itself
