@@ -17,6 +17,7 @@
 // headers that define ops never include torch's autograd machinery. Compiled autograd calls
 // the formula opaquely (compiled_args / apply_with_saved below).
 
+#include <customop/detail/autograd_node.h>
 #include <customop/op_core.h>
 #include <customop/saved_rounding.h>
 
@@ -268,6 +269,12 @@ struct AutogradNode final : Node {
     return run_formula(saved_tensors, std::move(grad_outputs));
   }
 };
+
+namespace detail {
+bool is_op_backward_node(const torch::autograd::Node& node) {
+  return dynamic_cast<const AutogradNode*>(&node) != nullptr;
+}
+}  // namespace detail
 
 void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
                           const torch::jit::Stack* fw_args) {

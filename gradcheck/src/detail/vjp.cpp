@@ -1,15 +1,20 @@
 #include "detail/vjp.h"
 
+#include <customop/detail/autograd_node.h>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/input_metadata.h>
 #include <torch/csrc/autograd/node.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cstddef>
+#include <string>
 
 namespace customop::gradcheck::detail {
 
@@ -19,20 +24,26 @@ using torch::autograd::Edge;
 using torch::autograd::InputMetadata;
 using torch::autograd::Node;
 
-/// The engine passes `t` to (or from) the slot `m` describes unchanged: same sizes, dtype and
-/// device, a strided CPU tensor, no subclass or nesting to reduce or convert.
-bool passes_unchanged(const InputMetadata& m, const at::Tensor& t) {
+/// The engine passes the grad_output `g` to the slot `m` describes unchanged: same sizes, dtype
+/// and device, a strided CPU tensor, no subclass or nesting to reduce or convert.
+bool passes_unchanged(const InputMetadata& m, const at::Tensor& g) {
   return !m.was_default_constructed() && !m.is_tensor_subclass() && !m.is_nested_tensor() &&
-         m.layout() == at::kStrided && t.layout() == at::kStrided && m.device().is_cpu() &&
-         t.device().is_cpu() && t.dtype() == m.dtype() && m.is_same_shape(t);
+         m.layout() == at::kStrided && g.layout() == at::kStrided && m.device().is_cpu() &&
+         g.device().is_cpu() && g.dtype() == m.dtype() && m.is_same_shape(g);
 }
 
-/// A Node the engine would not go past: none of its next edges leads anywhere.
-bool terminal(const Node& n) {
+/// No hook of any kind: the engine would run it around the Node or on a grad it hands on.
+bool hookless(Node& n) {
+  return n.pre_hooks().empty() && n.tensor_pre_hooks().empty() && n.retains_grad_hooks().empty() &&
+         n.post_hooks().empty();
+}
+
+/// A leaf's end of the graph: no next edge leads anywhere, no hook.
+bool terminal(Node& n) {
   for (const auto& e : n.next_edges()) {
     if (e.is_valid()) return false;
   }
-  return true;
+  return hookless(n);
 }
 
 /// direct_vjp(); with `undefined_reach`, an undefined grad_outputs[i] is the undefined grad
@@ -42,16 +53,19 @@ std::optional<std::vector<at::Tensor>> direct(const std::vector<at::Tensor>& out
                                               const std::vector<at::Tensor>& inputs,
                                               bool undefined_reach) {
   if (outputs.empty() || outputs.size() != grad_outputs.size()) return std::nullopt;
+  // Anomaly mode checks each grad and records tracebacks; inside another backward, the Node
+  // would read that graph task's state (which of its grads are needed, checkpoint validity).
   if (torch::autograd::AnomalyMode::is_enabled()) return std::nullopt;
+  if (torch::autograd::get_current_graph_task_id() != -1) return std::nullopt;
   if (!outputs[0].defined()) return std::nullopt;
   const auto& fn = outputs[0].grad_fn();  // std::shared_ptr or c10::intrusive_ptr by version
   if (!fn) return std::nullopt;
   Node& node = *fn;
-  // Hooks are the engine's to run, around the Node and on its inputs.
-  if (!node.pre_hooks().empty() || !node.tensor_pre_hooks().empty() ||
-      !node.retains_grad_hooks().empty() || !node.post_hooks().empty()) {
-    return std::nullopt;
-  }
+  // Nodes whose apply() touches no engine state: ATen's generated ones (traceable) and
+  // customop's. A C++ or Python autograd::Function's user code may (queue_callback,
+  // is_checkpoint_valid, needs_input_grad under the task's pruning).
+  if (!node.is_traceable() && !customop::detail::is_op_backward_node(node)) return std::nullopt;
+  if (!hookless(node)) return std::nullopt;
 
   torch::autograd::variable_list node_in(node.num_inputs());
   std::vector<bool> used(node_in.size(), false);
@@ -64,7 +78,12 @@ std::optional<std::vector<at::Tensor>> direct(const std::vector<at::Tensor>& out
     // Two outputs in one slot: the engine would sum their grad_outputs.
     if (slot >= node_in.size() || used[slot]) return std::nullopt;
     used[slot] = true;
-    if (g.defined() && !passes_unchanged(node.input_metadata(slot), g)) return std::nullopt;
+    if (g.defined()) {
+      // The engine checks g against y itself first (torch::autograd::grad's _make_grads: its
+      // shape, and a complex y's dtype), then against the slot.
+      if (g.dtype() != y.dtype() || g.sizes() != y.sizes()) return std::nullopt;
+      if (!passes_unchanged(node.input_metadata(slot), g)) return std::nullopt;
+    }
     node_in[slot] = g;
   }
 
@@ -76,24 +95,26 @@ std::optional<std::vector<at::Tensor>> direct(const std::vector<at::Tensor>& out
     want.push_back(torch::autograd::impl::gradient_edge(x));
     if (want.back().function.get() == fn.get()) return std::nullopt;  // an output asked for
   }
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    for (std::size_t l = j + 1; l < want.size(); ++l) {
+      if (want[j] == want[l]) return std::nullopt;  // asked for twice: the engine copies
+    }
+  }
   const auto& next = node.next_edges();
   std::vector<std::ptrdiff_t> edge_of(inputs.size(), -1);  // next edge feeding input j
   for (std::size_t k = 0; k < next.size(); ++k) {
     const Edge& e = next[k];
     if (!e.is_valid()) continue;
-    // Past a non-terminal Node, the engine would run more of the graph.
-    if (!terminal(*e.function)) return std::nullopt;
+    // Every valid edge goes to a requested input, and nothing past it: the engine would then
+    // compute every grad the Node offers (none pruned) and run no other Node.
+    std::ptrdiff_t match = -1;
     for (std::size_t j = 0; j < want.size(); ++j) {
-      if (!(want[j] == e)) continue;
-      // One input fed by two edges (op(x, x)), or asked for twice: the engine sums or copies.
-      if (edge_of[j] >= 0) return std::nullopt;
-      edge_of[j] = static_cast<std::ptrdiff_t>(k);
+      if (want[j] == e) match = static_cast<std::ptrdiff_t>(j);
     }
-  }
-  for (std::size_t j = 0; j < want.size(); ++j) {
-    for (std::size_t l = j + 1; l < want.size(); ++l) {
-      if (want[j] == want[l]) return std::nullopt;
-    }
+    if (match < 0 || !terminal(*e.function)) return std::nullopt;
+    // One input fed by two edges (op(x, x)): the engine sums them.
+    if (edge_of[static_cast<std::size_t>(match)] >= 0) return std::nullopt;
+    edge_of[static_cast<std::size_t>(match)] = static_cast<std::ptrdiff_t>(k);
   }
 
   torch::autograd::variable_list grads;
@@ -101,15 +122,12 @@ std::optional<std::vector<at::Tensor>> direct(const std::vector<at::Tensor>& out
     const at::AutoGradMode grad_mode(false);  // the engine's grad mode when !create_graph
     grads = node(std::move(node_in));
   }
-  // The engine would refuse a wrong count, reduce or convert a grad that does not fit its edge,
-  // or refuse it: let it, by running it instead.
-  if (grads.size() != next.size()) return std::nullopt;
-  for (std::size_t k = 0; k < next.size(); ++k) {
-    if (!next[k].is_valid() || !grads[k].defined()) continue;
-    if (!passes_unchanged(next[k].function->input_metadata(next[k].input_nr), grads[k])) {
-      return std::nullopt;
-    }
-  }
+  // What the engine does with a Node's grads before handing them on, by its own function: a
+  // wrong count, shape, device or layout raises; a grad expandable to its input's shape is
+  // summed to it; another dtype is converted (to the input's, or its grad_dtype).
+  torch::autograd::validate_outputs(next, grads, [&](const std::string& msg) {
+    return "Function " + node.name() + " returned an " + msg;
+  });
   std::vector<at::Tensor> out(inputs.size());
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     if (edge_of[j] >= 0) out[j] = std::move(grads[static_cast<std::size_t>(edge_of[j])]);

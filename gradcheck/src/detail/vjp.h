@@ -33,19 +33,25 @@ std::vector<at::Tensor> vjp_undefined(const std::vector<at::Tensor>& outputs,
                                       const std::vector<at::Tensor>& inputs, OpCounts& counts);
 
 /// The VJP by one call of the outputs' backward Node, when that call is all the engine would
-/// run and the engine would change none of its results; std::nullopt otherwise (nothing run,
-/// or the Node ran but the engine would have to fix up or refuse a grad: run the engine).
+/// run and the engine would change none of its inputs; std::nullopt otherwise (nothing run:
+/// run the engine).
 ///
-/// Applies when: create_graph is false and anomaly mode is off; every output is defined and
-/// comes from the same Node (distinct output slots) with no hooks on it; every grad_output is
-/// defined and has its output's sizes, dtype and device; every tensor is a strided CPU tensor;
-/// every next edge of the Node that is valid goes to an AccumulateGrad (a leaf: nothing past
-/// it), each requested input's at most once; and the Node returns one grad per next edge, each
-/// with the sizes, dtype and device its edge expects. Then the engine would run the Node once
-/// under grad mode off (as here) and hand its grads to the captured inputs unchanged. (Engine
-/// steps it skips: the graph task, its ready queue and device threads, the thread-local state
-/// set around the Node, the input buffers.) CUDA tensors always take the engine: it runs their
-/// Node on the device's thread and stream.
+/// Applies when: anomaly mode is off and no backward is running on this thread (a Node run
+/// inside one reads that graph task's state); every output is defined and comes from the same
+/// Node (distinct output slots), one of ATen's generated Nodes (traceable) or a customop op's
+/// (customop/detail/autograd_node.h), with no hooks; every grad_output is defined and has its
+/// output's sizes, dtype and device; every tensor is a strided CPU tensor; and every valid next
+/// edge of the Node goes to a requested input, whose grad accumulator (a leaf) ends the graph
+/// and has no hooks, one edge per input. The engine would then run that Node once with grad
+/// mode off (as here) and nothing else, compute every grad it offers (none pruned), and hand
+/// them to the captured inputs through validate_outputs, which this route calls too (a grad
+/// to sum to its input's shape or to convert to its dtype is fixed up, a wrong count, shape or
+/// device raises, with the engine's message). (Engine steps it skips: the graph task, its ready
+/// queue and device threads, the thread-local state set around the Node, the input buffers.)
+/// Not taken: a C++ or Python autograd::Function's Node (its user code may use engine state:
+/// queue_callback, checkpoint validity), CUDA tensors (the engine runs their Node on the
+/// device's thread and stream), create_graph. Compiled autograd, enabled from Python, is not
+/// consulted: the eager Node runs.
 std::optional<std::vector<at::Tensor>> direct_vjp(const std::vector<at::Tensor>& outputs,
                                                   const std::vector<at::Tensor>& grad_outputs,
                                                   const std::vector<at::Tensor>& inputs);
