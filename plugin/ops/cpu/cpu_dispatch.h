@@ -29,6 +29,16 @@ enum class Capability { kDefault, kAvx2, kAvx512 };
 /// ATEN_CPU_CAPABILITY=default|avx2|avx512), capped at the builds compiled in. Cached.
 Capability capability();
 
+/// True when a kernel call that reads and writes `footprint` bytes in all should write its
+/// outputs with non-temporal stores (VecIO::store_stream, cpu/vec_io.h): when the footprint is
+/// larger than the last-level cache, so the outputs would be evicted before anyone reads them
+/// and their lines' reads for ownership only cost memory bandwidth (a quarter of the traffic
+/// of a kernel that reads two tensors and writes one). The threshold: CUSTOMOP_CPU_STREAM_BYTES
+/// (digits only; 0 streams every call; read once), else the size of the highest cache level
+/// of cpu0 in /sys/devices/system/cpu/cpu0/cache (32 MiB on this project's 2-core AMD EPYC),
+/// else sysconf(_SC_LEVEL3_CACHE_SIZE), else 32 MiB. Cached; thread-safe.
+bool stream_stores(int64_t footprint);
+
 /// The dtype switch of every CPU kernel, written once: returns
 /// fn(std::type_identity<T>{}) with T = double, float, c10::Half or c10::BFloat16 for kDouble,
 /// kFloat, kHalf and kBFloat16 (the ops' checks let only these reach a CPU kernel; any other

@@ -3,8 +3,9 @@
 // c = r^3 mean(g w x); pass 2 writes grad_input = r g w - c x and adds g x r to grad_weight's
 // column sums (cpu/row_sums.h: chunks of whole rows over the threads, deterministic for a given
 // thread count). One read of g and x and one write of grad_input from memory, where the ATen
-// formula made eleven passes. Vectorized (at::vec::Vectorized); built once per instruction set
-// (cpu/cpu_dispatch.h); the default build holds the entry.
+// formula made eleven passes. grad_input goes out by non-temporal stores when the call's
+// footprint exceeds the last-level cache (cpu::stream_stores). Vectorized (at::vec::Vectorized);
+// built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/row_sums.h"
@@ -33,6 +34,7 @@ struct RmsNormBackwardCpuParams {
   int64_t cols;           // D
   double eps;             // added to mean(x^2)
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (computes in acc_t)
+  bool stream = false;    // grad_input by non-temporal stores (cpu::stream_stores)
 };
 
 CUSTOMOP_CPU_DECLARE(void rms_norm_backward_kernel(const RmsNormBackwardCpuParams& p))
@@ -50,8 +52,9 @@ A lane_sum(const at::vec::Vectorized<A>& v) {
   return s;
 }
 
-/// One row: g, x, gi [d]; w [d] widened to acc_t once per call; acc += g x r.
-template <class T>
+/// One row: g, x, gi [d]; w [d] widened to acc_t once per call; acc += g x r. kStream: gi by
+/// VecIO::store_stream.
+template <class T, bool kStream>
 void row(const T* g, const T* x, const acc_t<T>* w, T* gi, acc_t<T>* acc, int64_t d, acc_t<T> eps) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
@@ -82,7 +85,12 @@ void row(const T* g, const T* x, const acc_t<T>* w, T* gi, acc_t<T>* acc, int64_
     const int64_t n = std::min(kV, d - j);
     const Vec gv = IO::load(g + j, n), xv = IO::load(x + j, n);
     const Vec wv = Vec::loadu(w + j, static_cast<int>(n));
-    IO::store(at::vec::fmsub(rv * gv, wv, cv * xv), gi + j, n);  // r g w - c x
+    const Vec out = at::vec::fmsub(rv * gv, wv, cv * xv);  // r g w - c x
+    if (kStream && n == kV) {
+      IO::store_stream(out, gi + j);
+    } else {
+      IO::store(out, gi + j, n);
+    }
     const Vec add = gv * xv * rv;
     if (n == kV) {
       (Vec::loadu(acc + j) + add).store(acc + j);
@@ -111,9 +119,17 @@ void run(const RmsNormBackwardCpuParams& p) {
     sums_storage = uninitialized<A>(cols);
     sums = sums_storage.get();
   }
-  for_rows_summing_columns(rows, cols, sums, [&](int64_t r, A* acc) {
-    row<T>(g + r * cols, x + r * cols, w, gi + r * cols, acc, cols, static_cast<A>(p.eps));
-  });
+  const auto rows_with = [&]<bool kStream>() {
+    for_rows_summing_columns(rows, cols, sums, [&](int64_t r, A* acc) {
+      row<T, kStream>(g + r * cols, x + r * cols, w, gi + r * cols, acc, cols,
+                      static_cast<A>(p.eps));
+    });
+  };
+  if (p.stream) {
+    rows_with.template operator()<true>();
+  } else {
+    rows_with.template operator()<false>();
+  }
   if constexpr (!std::is_same_v<T, A>) {
     for (int64_t j = 0; j < cols; ++j) gw[j] = static_cast<T>(sums[j]);
   }
@@ -146,15 +162,11 @@ void rms_norm_backward_cpu(const RmsNormBackwardArgs& a, const RmsNormBackwardRe
     grad_weight.zero_();  // no rows: the sum over them is 0
     return;
   }
-  const cpu::RmsNormBackwardCpuParams p{g.const_data_ptr(),
-                                        x.const_data_ptr(),
-                                        w.const_data_ptr(),
-                                        grad_input.mutable_data_ptr(),
-                                        grad_weight.mutable_data_ptr(),
-                                        x.numel() / d,
-                                        d,
-                                        a.eps,
-                                        x.scalar_type()};
+  const cpu::RmsNormBackwardCpuParams p{
+      g.const_data_ptr(), x.const_data_ptr(), w.const_data_ptr(), grad_input.mutable_data_ptr(),
+      grad_weight.mutable_data_ptr(), x.numel() / d, d, a.eps, x.scalar_type(),
+      // g and x read, grad_input written
+      cpu::stream_stores(3 * x.numel() * static_cast<int64_t>(x.element_size()))};
   [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_backward_kernel, p) }();
 }
 

@@ -5,6 +5,7 @@
 // order. Included by the kernel files of every build (cpu/cpu_dispatch.h): no static data here.
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/vec_io.h"
 
 #include <ATen/Parallel.h>
 
@@ -99,6 +100,7 @@ void for_rows_summing_columns(int64_t rows, int64_t cols, A* sums, const RowFn& 
       BlockedSum<A> sum(partial.get() + c * cols, block.get(), cols);
       for (int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) row(r, sum.next());
     }
+    stream_fence();  // rows that streamed their outputs (VecIO::store_stream)
   });
   for (int64_t j = 0; j < cols; ++j) {
     A s = partial[static_cast<size_t>(j)];

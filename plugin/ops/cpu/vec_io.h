@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <tuple>
@@ -151,6 +152,35 @@ struct VecIO {
     }
   }
 
+  /// As store(v, p), as a non-temporal store (straight to memory: no read for ownership of the
+  /// line, no cache line taken) where T is float or double and p is aligned to the vector
+  /// (AVX2 and AVX-512 builds); else store(v, p). For outputs that would not stay in cache
+  /// anyway (stream_stores() in cpu/cpu_dispatch.h). NB: a thread's streamed stores are
+  /// weakly ordered: it calls stream_fence() before another thread may read them.
+  static void store_stream(const Vec& v, T* p) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+    if constexpr (!kReduced<T>) {
+      if ((reinterpret_cast<std::uintptr_t>(p) & (sizeof(Vec) - 1)) == 0) {
+#if defined(CPU_CAPABILITY_AVX512)
+        if constexpr (std::is_same_v<T, float>) {
+          _mm512_stream_ps(p, v);
+        } else {
+          _mm512_stream_pd(p, v);
+        }
+#else
+        if constexpr (std::is_same_v<T, float>) {
+          _mm256_stream_ps(p, v);
+        } else {
+          _mm256_stream_pd(p, v);
+        }
+#endif
+        return;
+      }
+    }
+#endif
+    store(v, p);
+  }
+
   /// The first n (0 <= n <= kLanes) lanes to p, rounded to T; writes no element past p[n - 1].
   static void store(const Vec& v, T* p, int64_t n) {
     if (n == kLanes) return store(v, p);
@@ -178,13 +208,23 @@ struct VecIO {
   }
 };
 
+/// Orders this thread's streamed stores (VecIO::store_stream) before its later stores, so that
+/// a thread that sees those (a parallel loop's join) sees the streamed data too. No-op in the
+/// default build, which never streams.
+inline void stream_fence() {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  _mm_sfence();
+#endif
+}
+
 /// out[0, n) = f(in[0, n)...) elementwise, two vectors at a time in VecIO<T>'s unordered lane
 /// order: f takes one std::pair<Vec, Vec> per input (load2_unordered's) and returns the pair
 /// to store (store2_unordered rounds it to T). The rest of the range (fewer than 2 kLanes
 /// elements) goes through f too, on zero-padded copies, so an element's result, NaN bits
 /// included, does not depend on where it falls. out may be one of the inputs (each step reads
-/// its elements before it writes them).
-template <class T, class F, class... In>
+/// its elements before it writes them). kStream: float and double results go out through
+/// store_stream (the caller fences).
+template <bool kStream = false, class T, class F, class... In>
 void map_unordered(int64_t n, F&& f, T* out, const In*... in) {
   static_assert((std::is_same_v<In, T> && ...), "every input has the output's dtype");
   using IO = VecIO<T>;
@@ -192,7 +232,12 @@ void map_unordered(int64_t n, F&& f, T* out, const In*... in) {
   int64_t j = 0;
   for (; j + kStep <= n; j += kStep) {
     const auto [a, b] = f(IO::load2_unordered(in + j)...);
-    IO::store2_unordered(a, b, out + j);
+    if constexpr (kStream && !kReduced<T>) {
+      IO::store_stream(a, out + j);
+      IO::store_stream(b, out + j + IO::kLanes);
+    } else {
+      IO::store2_unordered(a, b, out + j);
+    }
   }
   if (j < n) {
     const auto padded = [&](const T* p) {

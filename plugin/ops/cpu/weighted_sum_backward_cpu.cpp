@@ -1,6 +1,8 @@
 // CPU kernel of customop::weighted_sum_backward: out_k = w_k * g for k < K, one read of g:
 // chunks of g (at::parallel_for) in blocks that stay in L1 while each of the K outputs takes
-// its block, vectorized (at::vec::Vectorized; float16/bfloat16 in float32, rounded once).
+// its block, vectorized (at::vec::Vectorized; float16/bfloat16 in float32, rounded once); the
+// outputs by non-temporal stores when the call's footprint exceeds the last-level cache
+// (cpu::stream_stores).
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
@@ -26,6 +28,7 @@ struct WeightedSumBackwardCpuParams {
   int64_t k;              // K >= 1
   int64_t numel;          // elements of grad
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
+  bool stream = false;    // the outputs by non-temporal stores (cpu::stream_stores)
 };
 
 CUSTOMOP_CPU_DECLARE(void weighted_sum_backward_kernel(const WeightedSumBackwardCpuParams& p))
@@ -37,13 +40,13 @@ namespace {
 constexpr int64_t kWsbBlock = 4096;
 
 // out_k[at, at + n) = w_k * g[0, n) for every k: one block, n <= kWsbBlock, elementwise
-// (map_unordered).
-template <class T>
+// (map_unordered; kStream: by non-temporal stores).
+template <class T, bool kStream>
 void wsb_block(const T* g, void* const* out, int64_t at, const double* w, int64_t k, int64_t n) {
   using Vec = typename VecIO<T>::Vec;
   for (int64_t i = 0; i < k; ++i) {
     const Vec wv(static_cast<acc_t<T>>(w[i]));  // as ATen's grad * w: the weight in acc_t
-    map_unordered(
+    map_unordered<kStream>(
         n,
         [&](const std::pair<Vec, Vec>& gv) {
           return std::pair{gv.first * wv, gv.second * wv};
@@ -60,8 +63,13 @@ void run(const WeightedSumBackwardCpuParams& p) {
   at::parallel_for(0, p.numel, grain, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += kWsbBlock) {
       const int64_t n = std::min(kWsbBlock, end - b);
-      wsb_block<T>(g + b, p.out, b, p.weights, p.k, n);
+      if (p.stream) {
+        wsb_block<T, true>(g + b, p.out, b, p.weights, p.k, n);
+      } else {
+        wsb_block<T, false>(g + b, p.out, b, p.weights, p.k, n);
+      }
     }
+    if (p.stream) stream_fence();
   });
 }
 
@@ -96,9 +104,11 @@ std::vector<at::Tensor> weighted_sum_backward_cpu(const WeightedSumBackwardArgs&
   std::vector<void*> ptrs;
   ptrs.reserve(out.size());
   for (auto& t : out) ptrs.push_back(t.mutable_data_ptr());
+  const auto k = static_cast<int64_t>(a.weights.size());
   const cpu::WeightedSumBackwardCpuParams p{
-      g.const_data_ptr(), ptrs.data(),    a.weights.data(), static_cast<int64_t>(a.weights.size()),
-      g.numel(),          g.scalar_type()};
+      g.const_data_ptr(), ptrs.data(), a.weights.data(), k, g.numel(), g.scalar_type(),
+      // g read, K outputs written
+      cpu::stream_stores((k + 1) * g.numel() * static_cast<int64_t>(g.element_size()))};
   if (p.numel > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(weighted_sum_backward_kernel, p) }();
   }
