@@ -64,7 +64,12 @@ std::optional<std::vector<at::Tensor>> direct(const std::vector<at::Tensor>& out
   // Nodes whose apply() touches no engine state: ATen's generated ones (traceable) and
   // customop's. A C++ or Python autograd::Function's user code may (queue_callback,
   // is_checkpoint_valid, needs_input_grad under the task's pruning).
-  if (!node.is_traceable() && !customop::detail::is_op_backward_node(node)) return std::nullopt;
+  // NB: by type, not by Node::is_traceable(), which a Python Node answers by reading an
+  // attribute of its Function class that torch.library's generated classes lack (it raises).
+  if (!customop::detail::is_op_backward_node(node) &&
+      dynamic_cast<const torch::autograd::TraceableFunction*>(&node) == nullptr) {
+    return std::nullopt;
+  }
   if (!hookless(node)) return std::nullopt;
 
   torch::autograd::variable_list node_in(node.num_inputs());
