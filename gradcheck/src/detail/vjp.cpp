@@ -8,9 +8,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/input_metadata.h>
-#include <torch/csrc/autograd/node.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cstddef>
