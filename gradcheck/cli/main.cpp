@@ -68,6 +68,25 @@ CLI::Validator finite_number(bool strict) {
       strict ? "FLOAT > 0" : "FLOAT >= 0");
 }
 
+/// A thread or job count: an integer in [1, 1024] ("must be an integer in [1, 1024], got 0").
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::size_t used = 0;
+        long v = 0;
+        try {
+          v = std::stol(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != text.size() || text.empty() || v < 1 || v > 1024) {
+          return "must be an integer in [1, 1024], got " + text;
+        }
+        return {};
+      },
+      "INT in [1, 1024]");
+}
+
 /// "" when `path` can be written now (created, then removed if it did not exist), else why not.
 std::string unwritable(const std::string& path) {
   namespace fs = std::filesystem;
@@ -219,11 +238,11 @@ int main(int argc, char** argv) {
                  "then exit");
   app.add_flag("-q,--quiet", quiet, "No progress lines on stderr");
   app.add_option("-j,--jobs", jobs, "Cases checked at once, one thread each (default: cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(thread_count());
   app.add_option("--intra-op-threads", intra_op_threads,
                  "ATen intra-op threads each case's kernels may use (default: ATen's default "
                  "(OMP_NUM_THREADS, else the physical cores) divided by --jobs, at least 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(thread_count());
 
   try {
     app.parse(argc, argv);

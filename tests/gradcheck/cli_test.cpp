@@ -204,6 +204,9 @@ TEST(Cli, RangeErrorsSayWhatIsExpected) {
   EXPECT_THAT(cli("--eps 0").out, HasSubstr("must be > 0, got 0"));
   EXPECT_THAT(cli("--atol nan").out, HasSubstr("must be a finite number, got nan"));
   EXPECT_THAT(cli("--seed -1").out, HasSubstr("must be an integer in [0, 2^64), got -1"));
+  EXPECT_THAT(cli("--jobs 0").out, HasSubstr("--jobs: must be an integer in [1, 1024], got 0"));
+  EXPECT_THAT(cli("--intra-op-threads 2x").out,
+              HasSubstr("--intra-op-threads: must be an integer in [1, 1024], got 2x"));
 }
 
 TEST(Cli, SamplesArgumentOfTheWrongKindIsAUsageError) {
