@@ -5,6 +5,10 @@
 
 #include <unistd.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -92,6 +96,22 @@ int64_t compute_stream_threshold() {
 bool stream_stores(int64_t footprint) {
   static const int64_t threshold = compute_stream_threshold();
   return footprint > threshold;
+}
+
+bool avx512_bf16() {
+  static const bool yes = [] {
+    if (const char* env = std::getenv("CUSTOMOP_CPU_AVX512_BF16");
+        env != nullptr && std::string(env) == "0") {
+      return false;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && ((eax >> 5) & 1U) != 0;
+#else
+    return false;
+#endif
+  }();
+  return yes;
 }
 
 Capability capability() {

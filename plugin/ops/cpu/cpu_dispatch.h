@@ -39,6 +39,12 @@ Capability capability();
 /// else sysconf(_SC_LEVEL3_CACHE_SIZE), else 32 MiB. Cached; thread-safe.
 bool stream_stores(int64_t footprint);
 
+/// True when this CPU has AVX512_BF16 (cpuid leaf 7, subleaf 1, EAX bit 5: one-instruction
+/// float32 -> bfloat16 rounding, vcvtne2ps2bf16) and CUSTOMOP_CPU_AVX512_BF16 is not "0" (the
+/// override that lets a test run the plain AVX-512 path on such a CPU). Only the AVX-512 build
+/// asks: ATen choosing AVX-512 implies the OS saves the registers. Read once; thread-safe.
+bool avx512_bf16();
+
 /// The dtype switch of every CPU kernel, written once: returns
 /// fn(std::type_identity<T>{}) with T = double, float, c10::Half or c10::BFloat16 for kDouble,
 /// kFloat, kHalf and kBFloat16 (the ops' checks let only these reach a CPU kernel; any other

@@ -67,11 +67,21 @@ inline at::vec::Vectorized<float> exp_f32(at::vec::Vectorized<float> x) {
 /// 2^r = 1 + r P(r), P of degree 4 fitted (Lawson-weighted least squares, float64, rounded to
 /// float) for relative error <= 1.1e-7 on [-1/2, 1/2]; 2^n by adding n to the exponent field of
 /// 2^r (in [0.70, 1.42]; n >= -125 keeps the sum a normal float).
+/// AVX-512: 2^n applied by vscalefps (p 2^n in one instruction, denormal and 0 results
+/// included), so u is clamped at -150, where p 2^-150 rounds to 0, in place of the other builds'
+/// exponent-field add and mask at -125: 4 fewer instructions per vector (bias_gelu's bfloat16
+/// kernel, one thread, in L2: 35 -> 31 us per 64 Ki elements). Identical results where e^(-s^2 /
+/// 2) >= 2^-125 (|s| <= 13.16); beyond, the true value's float32 denormal (where the other
+/// builds give 0), and 0 from |s| = 14.4 on, as the other builds.
 inline at::vec::Vectorized<float> gaussian_f32(at::vec::Vectorized<float> s) {
   using Vec = at::vec::Vectorized<float>;
-  using IVec = at::vec::Vectorized<int32_t>;
+#if defined(CPU_CAPABILITY_AVX512)
+  const Vec lowest(-150.0F);
+#else
+  const Vec lowest(-125.0F);
+#endif
   // NB: clamp_min keeps a NaN lane NaN (its other operand is the bound).
-  const Vec u = at::vec::clamp_min(s * s * Vec(-0.72134752F), Vec(-125.0F));  // -1 / (2 ln 2)
+  const Vec u = at::vec::clamp_min(s * s * Vec(-0.72134752F), lowest);  // -1 / (2 ln 2)
   Vec n = u.round();
 #if !defined(CPU_CAPABILITY_AVX2) && !defined(CPU_CAPABILITY_AVX512)
   n = Vec::blendv(n, Vec(0.0F), n != n);  // as exp_f32: the default build's cast of a NaN
@@ -83,11 +93,16 @@ inline at::vec::Vectorized<float> gaussian_f32(at::vec::Vectorized<float> s) {
   p = at::vec::fmadd(p, r, Vec(0.24022242F));
   p = at::vec::fmadd(p, r, Vec(0.69314700F));
   p = at::vec::fmadd(p, r, Vec(1.0F));
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_scalef_ps(p, n);
+#else
+  using IVec = at::vec::Vectorized<int32_t>;
   const IVec bits =
       at::vec::cast<int32_t>(p) + (at::vec::convert_to_int_of_same_size(n) << IVec(23));
   // u at the bound: 0 (a mask AND; a NaN lane fails the test too, and its NaN comes back
   // through a's lanes in the callers: t = 1 / (1 + p a) is NaN there).
-  return at::vec::cast<float>(bits) & (u > Vec(-125.0F));
+  return at::vec::cast<float>(bits) & (u > lowest);
+#endif
 }
 
 /// h = Phi(-a) = erfc(a / sqrt(2)) / 2 per lane, a >= 0, given e = exp(-a^2 / 2): the
