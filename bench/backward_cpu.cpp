@@ -169,12 +169,36 @@ void run_case(benchmark::State& state, MakeCase make, bool customop, at::ScalarT
   state.counters["bytes_moved"] = static_cast<double>(c.bytes);
 }
 
+// The yardstick of the backward kernels' traffic: ATen's add(a, b, out=c), float32, a, b and c
+// of `size` bytes each (allocated and touched once): two streams read, one written, as most of
+// the backward ops move (STREAM's "add"). Unlike kernels_cpu's copy_ of `size` bytes, its
+// footprint is the backward's: at 16 MiB, 48 MiB against the 32 MiB last-level cache.
+void run_add_out(benchmark::State& state) {
+  const int64_t n = state.range(0) / static_cast<int64_t>(sizeof(float));
+  const auto a = at::randn({n});
+  const auto b = at::randn({n});
+  auto c = at::empty({n});
+  at::add_out(c, a, b);
+  for (auto _ : state) {
+    at::add_out(c, a, b);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  const int64_t bytes = 3 * state.range(0);
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["bytes_moved"] = static_cast<double>(bytes);
+}
+
 [[maybe_unused]] const bool registered = [] {
   const std::pair<const char*, MakeCase> cases[] = {
       {"rms_norm", rms_norm_case},       {"bias_gelu", bias_gelu_case},
       {"clamp_count", clamp_count_case}, {"masked_softmax", masked_softmax_case},
       {"max_along", max_along_case},     {"weighted_sum", weighted_sum_case}};
   for (const int64_t size : kSizes) {
+    benchmark::RegisterBenchmark("yardstick/add_out", run_add_out)
+        ->Arg(size)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.1);
     for (const auto& [suffix, dtype] :
          {std::pair{"", at::kFloat}, std::pair{"@bf16", at::kBFloat16},
           std::pair{"@fp16", at::kHalf}}) {
