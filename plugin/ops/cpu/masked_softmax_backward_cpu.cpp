@@ -47,9 +47,11 @@ constexpr int64_t kMsbTileBytes = 256 * 1024;
 constexpr int64_t kMsbBlock = 64;
 
 /// One row of n elements: s = sum(g y) (two accumulators, each block of kMsbBlock pairs of
-/// vectors summed afresh), then gi = y (g - s).
+/// vectors summed afresh), then gi = y (g - s). The write pass, which reads g and y from L1,
+/// prefetches the next row's (g_next, y_next; null for none), which the hardware prefetchers
+/// would fetch only once the next sum pass asks for it.
 template <class T>
-void msb_row(const T* g, const T* y, T* gi, int64_t n) {
+void msb_row(const T* g, const T* y, T* gi, int64_t n, const T* g_next, const T* y_next) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
   using Vec = typename IO::Vec;
@@ -76,7 +78,13 @@ void msb_row(const T* g, const T* y, T* gi, int64_t n) {
   A s = 0;
   for (int64_t l = 0; l < kV; ++l) s += lanes[l];
   const Vec vs(s);
-  for (j = 0; j + kV <= n; j += kV) IO::store(IO::load(y + j) * (IO::load(g + j) - vs), gi + j);
+  for (j = 0; j + kV <= n; j += kV) {
+    if (g_next != nullptr) {
+      prefetch_line(g_next + j);
+      prefetch_line(y_next + j);
+    }
+    IO::store(IO::load(y + j) * (IO::load(g + j) - vs), gi + j);
+  }
   if (j < n) {
     const int64_t r = n - j;
     IO::store(IO::load(y + j, r) * (IO::load(g + j, r) - vs), gi + j, r);
@@ -130,7 +138,10 @@ void msb_run(const MaskedSoftmaxBackwardCpuParams& p) {
     at::parallel_for(0, p.outer, std::max<int64_t>(1, kGrainSize / size),
                      [&](int64_t begin, int64_t end) {
                        for (int64_t row = begin; row < end; ++row) {
-                         msb_row<T>(g + row * p.size, y + row * p.size, gi + row * p.size, p.size);
+                         const bool more = row + 1 < end;
+                         msb_row<T>(g + row * p.size, y + row * p.size, gi + row * p.size, p.size,
+                                    more ? g + (row + 1) * p.size : nullptr,
+                                    more ? y + (row + 1) * p.size : nullptr);
                        }
                      });
     return;

@@ -53,9 +53,11 @@ A lane_sum(const at::vec::Vectorized<A>& v) {
 }
 
 /// One row: g, x, gi [d]; w [d] widened to acc_t once per call; acc += g x r. kStream: gi by
-/// VecIO::store_stream.
+/// VecIO::store_stream. Pass 2, which reads the row from L1, prefetches the next row's g and x
+/// (g_next, x_next; null for none).
 template <class T, bool kStream>
-void row(const T* g, const T* x, const acc_t<T>* w, T* gi, acc_t<T>* acc, int64_t d, acc_t<T> eps) {
+void row(const T* g, const T* x, const acc_t<T>* w, T* gi, acc_t<T>* acc, int64_t d, acc_t<T> eps,
+         const T* g_next, const T* x_next) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
   using Vec = typename IO::Vec;
@@ -85,6 +87,10 @@ void row(const T* g, const T* x, const acc_t<T>* w, T* gi, acc_t<T>* acc, int64_
     const int64_t n = std::min(kV, d - j);
     const Vec gv = IO::load(g + j, n), xv = IO::load(x + j, n);
     const Vec wv = Vec::loadu(w + j, static_cast<int>(n));
+    if (g_next != nullptr) {
+      prefetch_line(g_next + j);
+      prefetch_line(x_next + j);
+    }
     const Vec out = at::vec::fmsub(rv * gv, wv, cv * xv);  // r g w - c x
     if (kStream && n == kV) {
       IO::store_stream(out, gi + j);
@@ -121,8 +127,10 @@ void run(const RmsNormBackwardCpuParams& p) {
   }
   const auto rows_with = [&]<bool kStream>() {
     for_rows_summing_columns(rows, cols, sums, [&](int64_t r, A* acc) {
+      const bool more = r + 1 < rows;
       row<T, kStream>(g + r * cols, x + r * cols, w, gi + r * cols, acc, cols,
-                      static_cast<A>(p.eps));
+                      static_cast<A>(p.eps), more ? g + (r + 1) * cols : nullptr,
+                      more ? x + (r + 1) * cols : nullptr);
     });
   };
   if (p.stream) {

@@ -208,6 +208,15 @@ struct VecIO {
   }
 };
 
+/// Asks for the cache line holding p to be brought into L1 (a hint: no fault, no effect on
+/// results). For a row kernel's second pass, which reads its row from L1, to fetch the next
+/// row meanwhile: rms_norm_backward at 16 MiB float32, 18.5-23.1 -> 30.6-34.5 GB/s, against
+/// 33-49 GB/s for add(out=) over the same footprint (2026-12-06, alternated runs).
+template <class T>
+inline void prefetch_line(const T* p) {
+  __builtin_prefetch(p, /*rw=*/0, /*locality=*/3);
+}
+
 /// Orders this thread's streamed stores (VecIO::store_stream) before its later stores, so that
 /// a thread that sees those (a parallel loop's join) sees the streamed data too. No-op in the
 /// default build, which never streams.
