@@ -48,8 +48,8 @@ constexpr int64_t kMsbBlock = 64;
 
 /// One row of n elements: s = sum(g y) (two accumulators, each block of kMsbBlock pairs of
 /// vectors summed afresh), then gi = y (g - s). The write pass, which reads g and y from L1,
-/// prefetches the next row's (g_next, y_next; null for none), which the hardware prefetchers
-/// would fetch only once the next sum pass asks for it.
+/// prefetches the next row's (g_next, y_next; null for none), as rms_norm_backward's does
+/// (cpu/vec_io.h, prefetch_line: it paid there; here no clear change was measured).
 template <class T>
 void msb_row(const T* g, const T* y, T* gi, int64_t n, const T* g_next, const T* y_next) {
   using IO = VecIO<T>;

@@ -210,8 +210,9 @@ struct VecIO {
 
 /// Asks for the cache line holding p to be brought into L1 (a hint: no fault, no effect on
 /// results). For a row kernel's second pass, which reads its row from L1, to fetch the next
-/// row meanwhile: rms_norm_backward at 16 MiB float32, 18.5-23.1 -> 30.6-34.5 GB/s, against
-/// 33-49 GB/s for add(out=) over the same footprint (2026-12-06, alternated runs).
+/// row meanwhile: rms_norm_backward at 16 MiB float32, 17.8-29.0 -> 23.3-38.5 GB/s (5 alternated
+/// runs of bench/backward_cpu, medians of 3; 2026-12-06); masked_softmax_backward showed no
+/// clear change (21.7-40.7 -> 24.9-35.2).
 template <class T>
 inline void prefetch_line(const T* p) {
   __builtin_prefetch(p, /*rw=*/0, /*locality=*/3);
