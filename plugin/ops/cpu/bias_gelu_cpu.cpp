@@ -98,21 +98,26 @@ __attribute__((target("avx512bf16"))) void bias_gelu_bf16_segment_cvtne(const c1
   using Vec = at::vec::Vectorized<float>;
   constexpr int64_t kStep = 32;
   const __m512i high = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000U));
-  // Rounded word i < 16 is the even element 2 i's, word 16 + i the odd element 2 i + 1's.
-  alignas(64) int16_t order[kStep];
-  for (int i = 0; i < kStep / 2; ++i) {
-    order[2 * i] = static_cast<int16_t>(i);
-    order[2 * i + 1] = static_cast<int16_t>(kStep / 2 + i);
-  }
-  const __m512i interleave = _mm512_load_si512(order);
-  // Word i (i < 16: the even element 2 i's s, else the odd element's) to the high half of
-  // 32-bit lane i % 16, the low half zeroed: that lane's float32 value.
-  alignas(64) int16_t from0[kStep] = {}, from1[kStep] = {};
-  for (int i = 0; i < kStep / 2; ++i) {
-    from0[2 * i + 1] = static_cast<int16_t>(i);
-    from1[2 * i + 1] = static_cast<int16_t>(kStep / 2 + i);
-  }
-  const __m512i widen0 = _mm512_load_si512(from0), widen1 = _mm512_load_si512(from1);
+  // vpermw index vectors, compile-time constants (not rebuilt per row segment).
+  // interleave: rounded word i < 16 is the even element 2 i's, word 16 + i the odd element
+  // 2 i + 1's. widen0 / widen1: word i (i < 16: the even element 2 i's s, else the odd
+  // element's) to the high half of 32-bit lane i % 16, the low half zeroed (kHighHalves): that
+  // lane's float32 value.
+  static constexpr auto kIndex = [](int first, bool both) {
+    struct alignas(64) Words {
+      int16_t w[kStep];
+    } words{};
+    for (int i = 0; i < kStep / 2; ++i) {
+      if (both) words.w[2 * i] = static_cast<int16_t>(i);
+      words.w[2 * i + 1] = static_cast<int16_t>(first + i);
+    }
+    return words;
+  };
+  static constexpr auto kInterleave = kIndex(kStep / 2, true);
+  static constexpr auto kWiden0 = kIndex(0, false);
+  static constexpr auto kWiden1 = kIndex(kStep / 2, false);
+  const __m512i interleave = _mm512_load_si512(kInterleave.w);
+  const __m512i widen0 = _mm512_load_si512(kWiden0.w), widen1 = _mm512_load_si512(kWiden1.w);
   constexpr __mmask32 kHighHalves = 0xAAAAAAAAU;
   constexpr int kDenormal = 0x20, kNan = 0x81;  // vfpclassps: denormal; quiet | signalling NaN
   int64_t j = 0;
@@ -216,7 +221,7 @@ void run(const BiasGeluCpuParams& p) {
   const c10::BFloat16* table = nullptr;
   if constexpr (kBf16Table && std::is_same_v<T, c10::BFloat16>) table = bf16_gelu_table<kTanh>();
 #if defined(CPU_CAPABILITY_AVX512)
-  const bool cvtne = std::is_same_v<T, c10::BFloat16> && avx512_bf16();
+  [[maybe_unused]] const bool cvtne = std::is_same_v<T, c10::BFloat16> && avx512_bf16();
 #endif
   at::parallel_for(0, p.rows * d, kGrainSize, [&](int64_t begin, int64_t end) {
     int64_t i = begin;
@@ -225,13 +230,16 @@ void run(const BiasGeluCpuParams& p) {
       const int64_t n = std::min(d - col, end - i);
       if constexpr (kBf16Table && std::is_same_v<T, c10::BFloat16>) {
         bias_gelu_bf16_segment<kTanh>(x + i, b + col, y + i, n, table);
-#if defined(CPU_CAPABILITY_AVX512)
-      } else if (std::is_same_v<T, c10::BFloat16> && cvtne) {
-        bias_gelu_bf16_segment_cvtne<kTanh>(reinterpret_cast<const c10::BFloat16*>(x + i),
-                                            reinterpret_cast<const c10::BFloat16*>(b + col),
-                                            reinterpret_cast<c10::BFloat16*>(y + i), n);
-#endif
       } else {
+#if defined(CPU_CAPABILITY_AVX512)
+        if constexpr (std::is_same_v<T, c10::BFloat16>) {
+          if (cvtne) {
+            bias_gelu_bf16_segment_cvtne<kTanh>(x + i, b + col, y + i, n);
+            i += n;
+            continue;
+          }
+        }
+#endif
         bias_gelu_segment<T, kTanh>(x + i, b + col, y + i, n);
       }
       i += n;
