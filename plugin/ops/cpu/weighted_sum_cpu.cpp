@@ -1,6 +1,8 @@
 // CPU kernel of customop::weighted_sum: y = sum_k w_k * x_k in one pass over each x_k.
-// The output is built block by block (a block stays in L1 while the K inputs are added to
-// it), vectorized with at::vec::Vectorized; blocks are spread with at::parallel_for.
+// The output is built block by block (a block of the sum stays in L1 while the K inputs are
+// added to it; y is written once), vectorized with at::vec::Vectorized; blocks are spread with
+// at::parallel_for; y by non-temporal stores when the call's footprint exceeds the last-level
+// cache (cpu::stream_stores).
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
@@ -23,6 +25,7 @@ struct WeightedSumCpuParams {
   int64_t k;                  // K >= 1
   int64_t numel;              // elements per tensor
   c10::ScalarType dtype;      // kDouble, kFloat, kHalf, kBFloat16 (accumulates in acc_t)
+  bool stream = false;        // the output by non-temporal stores (cpu::stream_stores)
 };
 
 CUSTOMOP_CPU_DECLARE(void weighted_sum_kernel(const WeightedSumCpuParams& p))
@@ -33,45 +36,51 @@ namespace {
 // Elements of one block: 16 KiB of float32 stays in L1 next to the input stream.
 constexpr int64_t kBlock = 4096;
 
-// y[0, n) = sum_i w_i * x_i[begin, begin + n), accumulated in A = acc_t<T>: in y itself when A
-// is T, else (float16/bfloat16) in a float32 block that is rounded to T once at the end.
-template <class T>
+// y[0, n) = sum_i w_i * x_i[begin, begin + n), accumulated in A = acc_t<T>: the first K - 1
+// terms in a block of A that stays in L1, the last one added on the way to y, rounded to T
+// once (kStream: float and double by non-temporal stores, VecIO::store_stream). Each element
+// is w_0 x_0 then fmadd(x_i, w_i, acc) for i = 1 .. K - 1, in that order.
+template <class T, bool kStream>
 void weighted_sum_block(const T* const* x, const double* w, int64_t k, T* y, int64_t begin,
                         int64_t n) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
   using Vec = typename IO::Vec;
   constexpr int64_t kV = IO::kLanes;
-  alignas(64) A scratch[kReduced<T> ? kBlock : 1];
-  A* acc = nullptr;
-  if constexpr (kReduced<T>) {
-    acc = scratch;
-  } else {
-    acc = y;
-  }
+  alignas(64) A acc[kBlock];
   const int64_t full = n - n % kV;
-  {
-    const Vec w0(static_cast<A>(w[0]));
-    const T* x0 = x[0] + begin;
-    int64_t j = 0;
-    for (; j < full; j += kV) (IO::load(x0 + j) * w0).store(acc + j);
-    if (j < n) (IO::load(x0 + j, n - j) * w0).store(acc + j, static_cast<int>(n - j));
-  }
-  for (int64_t i = 1; i < k; ++i) {
+  const int rest = static_cast<int>(n - full);
+  for (int64_t i = 0; i + 1 < k; ++i) {
     const Vec wi(static_cast<A>(w[i]));
     const T* xi = x[i] + begin;
     int64_t j = 0;
-    for (; j < full; j += kV)
-      at::vec::fmadd(IO::load(xi + j), wi, Vec::loadu(acc + j)).store(acc + j);
-    if (j < n) {
-      const int r = static_cast<int>(n - j);
-      at::vec::fmadd(IO::load(xi + j, r), wi, Vec::loadu(acc + j, r)).store(acc + j, r);
+    if (i == 0) {
+      for (; j < full; j += kV) (IO::load(xi + j) * wi).store(acc + j);
+      if (rest > 0) (IO::load(xi + j, rest) * wi).store(acc + j, rest);
+    } else {
+      for (; j < full; j += kV)
+        at::vec::fmadd(IO::load(xi + j), wi, Vec::loadu(acc + j)).store(acc + j);
+      if (rest > 0)
+        at::vec::fmadd(IO::load(xi + j, rest), wi, Vec::loadu(acc + j, rest)).store(acc + j, rest);
     }
   }
-  if constexpr (kReduced<T>) {
-    int64_t j = 0;
-    for (; j < full; j += kV) IO::store(Vec::loadu(acc + j), y + j);
-    if (j < n) IO::store(Vec::loadu(acc + j, static_cast<int>(n - j)), y + j, n - j);
+  const Vec wl(static_cast<A>(w[k - 1]));
+  const T* xl = x[k - 1] + begin;
+  const auto put = [&](const Vec& v, int64_t j) {
+    if constexpr (kStream) {
+      IO::store_stream(v, y + j);
+    } else {
+      IO::store(v, y + j);
+    }
+  };
+  int64_t j = 0;
+  if (k == 1) {
+    for (; j < full; j += kV) put(IO::load(xl + j) * wl, j);
+    if (rest > 0) IO::store(IO::load(xl + j, rest) * wl, y + j, rest);
+  } else {
+    for (; j < full; j += kV) put(at::vec::fmadd(IO::load(xl + j), wl, Vec::loadu(acc + j)), j);
+    if (rest > 0)
+      IO::store(at::vec::fmadd(IO::load(xl + j, rest), wl, Vec::loadu(acc + j, rest)), y + j, rest);
   }
 }
 
@@ -83,8 +92,14 @@ void run(const WeightedSumCpuParams& p) {
   const int64_t grain = std::max<int64_t>(kBlock, kGrainSize / p.k);
   at::parallel_for(0, p.numel, grain, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += kBlock) {
-      weighted_sum_block<T>(x, p.weights, p.k, y + b, b, std::min(kBlock, end - b));
+      const int64_t n = std::min(kBlock, end - b);
+      if (p.stream) {
+        weighted_sum_block<T, true>(x, p.weights, p.k, y + b, b, n);
+      } else {
+        weighted_sum_block<T, false>(x, p.weights, p.k, y + b, b, n);
+      }
     }
+    if (p.stream) stream_fence();
   });
 }
 
@@ -118,7 +133,10 @@ void weighted_sum_cpu(const WeightedSumArgs& a, const at::Tensor& y) {
   }
   const cpu::WeightedSumCpuParams p{
       ptrs.data(), a.weights.data(), y.mutable_data_ptr(), static_cast<int64_t>(xs.size()),
-      y.numel(),   y.scalar_type()};
+      y.numel(), y.scalar_type(),
+      // K inputs read, y written
+      cpu::stream_stores((static_cast<int64_t>(xs.size()) + 1) * y.numel() *
+                         static_cast<int64_t>(y.element_size()))};
   if (p.numel > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(weighted_sum_kernel, p) }();
   }
