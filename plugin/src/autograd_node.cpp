@@ -72,9 +72,9 @@ struct AutogradNode final : Node {
   c10::intrusive_ptr<detail::SavedStateBase> state;
   std::vector<SavedVariable> saved;       // the tensor fields of the user's Saved, in order
   std::vector<VariableInfo> output_info;  // to materialize an undefined output grad as zeros
-  std::string node_name;
 
-  std::string name() const override { return node_name; }
+  // NB: built when asked for (profiler, anomaly mode, grad_fn.name()), not on every call.
+  std::string name() const override { return c10::str("customop::OpBackward<", op->name(), ">"); }
 
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -97,7 +97,7 @@ struct AutogradNode final : Node {
       compiled_id = compiled_nodes().add(const_cast<AutogradNode*>(this));
       compiled_handle = at::scalar_tensor(compiled_id, at::kLong);
     }
-    args.collect(node_name);
+    args.collect(name());
     args.collect(compiled_handle);
     for (std::size_t i = 0; i < saved.size(); ++i) args.collect(saved[i], saved_is_output[i]);
   }
@@ -123,7 +123,7 @@ struct AutogradNode final : Node {
         IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
             torch::dynamo::autograd::get_input_metadata(next_edges()));
     const auto& py = torch::dynamo::autograd::getPyCompilerInterface();
-    const std::string fn = py->bind_function(swap.get_py_compiler(), node_name, &compiled_apply,
+    const std::string fn = py->bind_function(swap.get_py_compiler(), name(), &compiled_apply,
                                              schema, /*is_custom_function=*/true,
                                              /*is_traceable=*/false);
     torch::autograd::variable_list results = py->call_function(
@@ -324,7 +324,6 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
   NodePtr node_ptr = make_node<AutogradNode>();
   auto& node = static_cast<AutogradNode&>(*node_ptr);
   node.op = this;
-  node.node_name = c10::str("customop::OpBackward<", name_, ">");
   node.set_next_edges(torch::autograd::collect_next_edges(inputs));
 
   detail::ArgsInfo info;

@@ -34,8 +34,16 @@ namespace {
 // One tensor of a call's arguments, with the argument (and list element) it came from.
 struct NamedTensor {
   at::Tensor tensor;
-  std::string what;  // "argument 'x'" or "argument 'xs' element 2"
+  const ArgSpec* arg;  // the argument it is (or is an element of)
+  int64_t element;     // its index in a Tensor[] argument, -1 for a Tensor argument
   bool written;
+  /// "argument 'x'" or "argument 'xs' element 2". NB: built for an error message only, not on
+  /// every call.
+  std::string what() const {
+    std::string out = "argument '" + arg->name + "'";
+    if (element >= 0) out += " element " + std::to_string(element);
+    return out;
+  }
 };
 
 std::vector<NamedTensor> tensors_of(const std::vector<ArgSpec>& args,
@@ -44,14 +52,13 @@ std::vector<NamedTensor> tensors_of(const std::vector<ArgSpec>& args,
   const size_t n = args.size();
   for (size_t i = 0; i < n; ++i) {
     const auto& v = stack[stack.size() - n + i];
-    const std::string what = "argument '" + args[i].name + "'";
     if (v.isTensor() && v.toTensor().defined()) {
-      out.push_back({v.toTensor(), what, args[i].written});
+      out.push_back({v.toTensor(), &args[i], -1, args[i].written});
     } else if (v.isTensorList()) {
       const auto list = v.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) {
         const at::Tensor& t = list.get(k);
-        if (t.defined()) out.push_back({t, what + " element " + std::to_string(k), false});
+        if (t.defined()) out.push_back({t, &args[i], static_cast<int64_t>(k), false});
       }
     }
   }
@@ -132,11 +139,11 @@ void OpCore::check_written_args(c10::DeviceType /*device*/, const torch::jit::St
     // torch refuses an in-place write to an inference tensor outside InferenceMode. Checked
     // here, where every call arrives: a call whose tensors are all inference tensors has no
     // ADInplaceOrView key, so no kernel above the device one sees it.
-    TORCH_CHECK(!w.tensor.is_inference() || c10::InferenceMode::is_enabled(), name_, ": ", w.what,
+    TORCH_CHECK(!w.tensor.is_inference() || c10::InferenceMode::is_enabled(), name_, ": ", w.what(),
                 " is written in place but is an inference tensor (made under "
                 "torch.inference_mode) and this call is outside InferenceMode; inference "
                 "tensors cannot be written there. Clone it outside InferenceMode first");
-    TORCH_CHECK(at::has_internal_overlap(w.tensor) != at::MemOverlap::Yes, name_, ": ", w.what,
+    TORCH_CHECK(at::has_internal_overlap(w.tensor) != at::MemOverlap::Yes, name_, ": ", w.what(),
                 " is written in place, but several of its elements share one memory location (",
                 describe(w.tensor),
                 ": an expanded or stride-0 tensor), so the result would depend on the order of "
@@ -144,8 +151,8 @@ void OpCore::check_written_args(c10::DeviceType /*device*/, const torch::jit::St
     for (size_t j = 0; j < tensors.size(); ++j) {
       if (j == i || (tensors[j].written && j < i)) continue;  // each written pair once
       const char* shared = shared_memory(w.tensor, tensors[j].tensor);
-      TORCH_CHECK(shared == nullptr, name_, ": ", w.what, " is written in place, but it ", shared,
-                  " memory with ", tensors[j].what,
+      TORCH_CHECK(shared == nullptr, name_, ": ", w.what(), " is written in place, but it ", shared,
+                  " memory with ", tensors[j].what(),
                   w.tensor.is_same(tensors[j].tensor) ? " (the same tensor)" : "",
                   std::string_view(shared == nullptr ? "" : shared) == "may share"
                       ? " (their byte ranges in one storage overlap; interleaved strided views "
