@@ -87,9 +87,11 @@ int64_t compute_stream_threshold() {
     TORCH_WARN("customop: CUSTOMOP_CPU_STREAM_BYTES='", text,
                "' is not a byte count (digits only, below 10^18): ignored");
   }
-  if (const int64_t sysfs = sysfs_last_level_cache(); sysfs > 0) return sysfs;
-  if (const long conf = sysconf(_SC_LEVEL3_CACHE_SIZE); conf > 0) return conf;
-  return int64_t{32} << 20;
+  // Half the last-level cache: the other core's data and the rest of the process share it, so
+  // a call's lines are mostly evicted before the next call well below its full size.
+  if (const int64_t sysfs = sysfs_last_level_cache(); sysfs > 0) return sysfs / 2;
+  if (const long conf = sysconf(_SC_LEVEL3_CACHE_SIZE); conf > 0) return conf / 2;
+  return int64_t{16} << 20;
 }
 }  // namespace
 

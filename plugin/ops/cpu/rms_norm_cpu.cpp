@@ -1,5 +1,7 @@
 // CPU kernel of customop::rms_norm: one pass over each row for sum(x^2), one to write
-// y = (x * r) * w, vectorized (at::vec::Vectorized), rows spread with at::parallel_for.
+// y = (x * r) * w, vectorized (at::vec::Vectorized), rows spread with at::parallel_for; y by
+// non-temporal stores when the call's footprint exceeds half the last-level cache
+// (cpu::stream_stores).
 // float16/bfloat16 rows are widened to float32 as they are read (cpu/vec_io.h): sum(x^2), r
 // and the products are float32, y is rounded once.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
@@ -26,6 +28,7 @@ struct RmsNormCpuParams {
   int64_t cols;           // D
   double eps;             // added to mean(x^2)
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (accumulates in acc_t)
+  bool stream = false;    // y by non-temporal stores (cpu::stream_stores)
 };
 
 CUSTOMOP_CPU_DECLARE(void rms_norm_kernel(const RmsNormCpuParams& p))
@@ -35,7 +38,7 @@ namespace {
 
 // Computes in A = acc_t<T> (float32 for float16/bfloat16 storage): sum(x^2), its rsqrt and
 // (x * r) * w; only y is rounded to T.
-template <class T>
+template <class T, bool kStream>
 void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int64_t d,
                    acc_t<T> eps) {
   using IO = VecIO<T>;
@@ -74,7 +77,12 @@ void rms_norm_rows(const T* x, const T* w, T* y, int64_t begin, int64_t end, int
     const Vec rv(r);
     j = 0;
     for (; j + kV <= d; j += kV) {
-      IO::store(IO::load(xr + j) * rv * IO::load(w + j), yr + j);
+      const Vec v = IO::load(xr + j) * rv * IO::load(w + j);
+      if constexpr (kStream) {
+        IO::store_stream(v, yr + j);
+      } else {
+        IO::store(v, yr + j);
+      }
     }
     if (j < d) {
       IO::store(IO::load(xr + j, d - j) * rv * IO::load(w + j, d - j), yr + j, d - j);
@@ -89,7 +97,13 @@ void run(const RmsNormCpuParams& p) {
   T* y = static_cast<T*>(p.output);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(p.cols, 1));
   at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
-    rms_norm_rows<T>(x, w, y, begin, end, p.cols, static_cast<acc_t<T>>(p.eps));
+    const auto eps = static_cast<acc_t<T>>(p.eps);
+    if (p.stream) {
+      rms_norm_rows<T, true>(x, w, y, begin, end, p.cols, eps);
+      stream_fence();
+    } else {
+      rms_norm_rows<T, false>(x, w, y, begin, end, p.cols, eps);
+    }
   });
 }
 
@@ -114,13 +128,11 @@ void rms_norm_cpu(const RmsNormArgs& a, const at::Tensor& y) {
   const at::Tensor x = a.input.contiguous();
   const at::Tensor w = a.weight.contiguous();
   const int64_t d = x.size(-1);
-  const cpu::RmsNormCpuParams p{x.const_data_ptr(),
-                                w.const_data_ptr(),
-                                y.mutable_data_ptr(),
-                                d == 0 ? 0 : x.numel() / d,
-                                d,
-                                a.eps,
-                                x.scalar_type()};
+  const cpu::RmsNormCpuParams p{
+      x.const_data_ptr(), w.const_data_ptr(), y.mutable_data_ptr(), d == 0 ? 0 : x.numel() / d, d,
+      a.eps, x.scalar_type(),
+      // x read, y written (the weight's one row aside)
+      cpu::stream_stores(2 * x.numel() * static_cast<int64_t>(x.element_size()))};
   if (p.rows > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_kernel, p) }();
   }
