@@ -1,7 +1,8 @@
 // CPU kernel of customop::clamp_count_backward: grad_input = g where lo <= x <= hi, else 0
 // (NaN compares false: 0), one pass over g and x, vectorized (at::vec::Vectorized, compares in
-// acc_t), chunks spread with at::parallel_for. Built once per instruction set
-// (cpu/cpu_dispatch.h); the default build holds the entry.
+// acc_t), chunks spread with at::parallel_for; grad_input by non-temporal stores past half the
+// last-level cache (cpu::stream_stores). Built once per instruction set (cpu/cpu_dispatch.h);
+// the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/vec_io.h"
@@ -25,6 +26,7 @@ struct ClampCountBackwardCpuParams {
   double min;             // lower bound (rounded to dtype here)
   double max;             // upper bound (rounded to dtype here), >= min
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
+  bool stream = false;    // grad_input by non-temporal stores (cpu::stream_stores)
 };
 
 CUSTOMOP_CPU_DECLARE(void clamp_count_backward_kernel(const ClampCountBackwardCpuParams& p))
@@ -32,7 +34,7 @@ CUSTOMOP_CPU_DECLARE(void clamp_count_backward_kernel(const ClampCountBackwardCp
 namespace CUSTOMOP_CPU_CAPABILITY {
 namespace {
 
-template <class T>
+template <class T, bool kStream>
 void run(const ClampCountBackwardCpuParams& p) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
@@ -50,15 +52,27 @@ void run(const ClampCountBackwardCpuParams& p) {
       const int64_t n = std::min(kV, end - i);
       const Vec xv = IO::load(x + i, n);
       const Vec inside = (xv >= lo) & (xv <= hi);
-      IO::store(Vec::blendv(zero, IO::load(g + i, n), inside), gi + i, n);
+      const Vec v = Vec::blendv(zero, IO::load(g + i, n), inside);
+      if (kStream && n == kV) {
+        IO::store_stream(v, gi + i);
+      } else {
+        IO::store(v, gi + i, n);
+      }
     }
+    if constexpr (kStream) stream_fence();
   });
 }
 
 }  // namespace
 
 void clamp_count_backward_kernel(const ClampCountBackwardCpuParams& p) {
-  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) { run<T>(p); });
+  dispatch_floating(p.dtype, [&]<class T>(std::type_identity<T>) {
+    if (p.stream) {
+      run<T, true>(p);
+    } else {
+      run<T, false>(p);
+    }
+  });
 }
 
 }  // namespace CUSTOMOP_CPU_CAPABILITY
@@ -75,7 +89,9 @@ void clamp_count_backward_cpu(const ClampCountBackwardArgs& a, const at::Tensor&
   const at::Tensor x = a.input.contiguous();
   const cpu::ClampCountBackwardCpuParams p{
       g.const_data_ptr(), x.const_data_ptr(), out.mutable_data_ptr(), x.numel(), a.min, a.max,
-      x.scalar_type()};
+      x.scalar_type(),
+      // g and x read, grad_input written
+      cpu::stream_stores(3 * x.numel() * static_cast<int64_t>(x.element_size()))};
   if (p.numel > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(clamp_count_backward_kernel, p) }();
   }

@@ -1,6 +1,7 @@
 // CPU kernel of customop::masked_softmax_backward: grad_input = y * (g - sum(g * y, dim)).
 // inner == 1 (the softmax over the last dim): per row, one vectorized pass summing g y, one
-// writing y (g - s); the row stays in cache between them, so g and y are read from memory once.
+// writing y (g - s); the row stays in cache between them, so g and y are read from memory once;
+// grad_input by non-temporal stores past half the last-level cache (cpu::stream_stores).
 // inner > 1: the same two passes over tiles of columns of a [size, inner] block, vectorized
 // along inner, the tile sized so that its g and y stay in cache for the second pass.
 // float16/bfloat16 compute in float32 and round once. Rows / tiles are spread with
@@ -30,6 +31,7 @@ struct MaskedSoftmaxBackwardCpuParams {
   int64_t size;           // length of dim
   int64_t inner;          // product of the dims after dim
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (computes in acc_t)
+  bool stream = false;    // grad_input by non-temporal stores, inner == 1 (cpu::stream_stores)
 };
 
 CUSTOMOP_CPU_DECLARE(void masked_softmax_backward_kernel(const MaskedSoftmaxBackwardCpuParams& p))
@@ -50,7 +52,8 @@ constexpr int64_t kMsbBlock = 64;
 /// vectors summed afresh), then gi = y (g - s). The write pass, which reads g and y from L1,
 /// prefetches the next row's (g_next, y_next; null for none), as rms_norm_backward's does
 /// (cpu/vec_io.h, prefetch_line: it paid there; here no clear change was measured).
-template <class T>
+/// kStream: float32/float64 gi by VecIO::store_stream.
+template <class T, bool kStream>
 void msb_row(const T* g, const T* y, T* gi, int64_t n, const T* g_next, const T* y_next) {
   using IO = VecIO<T>;
   using A = acc_t<T>;
@@ -83,7 +86,12 @@ void msb_row(const T* g, const T* y, T* gi, int64_t n, const T* g_next, const T*
       prefetch_line(g_next + j);
       prefetch_line(y_next + j);
     }
-    IO::store(IO::load(y + j) * (IO::load(g + j) - vs), gi + j);
+    const Vec v = IO::load(y + j) * (IO::load(g + j) - vs);
+    if constexpr (kStream) {
+      IO::store_stream(v, gi + j);
+    } else {
+      IO::store(v, gi + j);
+    }
   }
   if (j < n) {
     const int64_t r = n - j;
@@ -139,10 +147,16 @@ void msb_run(const MaskedSoftmaxBackwardCpuParams& p) {
                      [&](int64_t begin, int64_t end) {
                        for (int64_t row = begin; row < end; ++row) {
                          const bool more = row + 1 < end;
-                         msb_row<T>(g + row * p.size, y + row * p.size, gi + row * p.size, p.size,
-                                    more ? g + (row + 1) * p.size : nullptr,
-                                    more ? y + (row + 1) * p.size : nullptr);
+                         const int64_t at = row * p.size;
+                         const T* g_next = more ? g + at + p.size : nullptr;
+                         const T* y_next = more ? y + at + p.size : nullptr;
+                         if (p.stream) {
+                           msb_row<T, true>(g + at, y + at, gi + at, p.size, g_next, y_next);
+                         } else {
+                           msb_row<T, false>(g + at, y + at, gi + at, p.size, g_next, y_next);
+                         }
                        }
+                       if (p.stream) stream_fence();
                      });
     return;
   }
@@ -187,7 +201,9 @@ void masked_softmax_backward_cpu(const MaskedSoftmaxBackwardArgs& a, const at::T
   const auto s = split_at_dim(y.sizes(), dim);
   const cpu::MaskedSoftmaxBackwardCpuParams p{
       g.const_data_ptr(), y.const_data_ptr(), out.mutable_data_ptr(), s.outer, s.size, s.inner,
-      y.scalar_type()};
+      y.scalar_type(),
+      // g and y read, grad_input written
+      cpu::stream_stores(3 * y.numel() * static_cast<int64_t>(y.element_size()))};
   if (y.numel() > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(masked_softmax_backward_kernel, p) }();
   }
