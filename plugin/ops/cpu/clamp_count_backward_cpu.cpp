@@ -1,8 +1,8 @@
 // CPU kernel of customop::clamp_count_backward: grad_input = g where lo <= x <= hi, else 0
 // (NaN compares false: 0), one pass over g and x, vectorized (at::vec::Vectorized, compares in
-// acc_t), chunks spread with at::parallel_for; grad_input by non-temporal stores past half the
-// last-level cache (cpu::stream_stores). Built once per instruction set (cpu/cpu_dispatch.h);
-// the default build holds the entry.
+// acc_t), chunks of whole 1024-element blocks spread with at::parallel_for; grad_input by
+// non-temporal stores past half the last-level cache (cpu::stream_stores). Built once per
+// instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/vec_io.h"
@@ -47,8 +47,13 @@ void run(const ClampCountBackwardCpuParams& p) {
   const Vec lo(static_cast<A>(static_cast<T>(p.min)));
   const Vec hi(static_cast<A>(static_cast<T>(p.max)));
   const Vec zero(A(0));
-  at::parallel_for(0, p.numel, kGrainSize, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i += kV) {
+  // Tasks of whole blocks of kCcbBlock elements: each starts on a vector boundary, so streamed
+  // stores stay aligned on every thread.
+  constexpr int64_t kCcbBlock = 1024;
+  const int64_t blocks = (p.numel + kCcbBlock - 1) / kCcbBlock;
+  at::parallel_for(0, blocks, kGrainSize / kCcbBlock, [&](int64_t first, int64_t last) {
+    const int64_t end = std::min(p.numel, last * kCcbBlock);
+    for (int64_t i = first * kCcbBlock; i < end; i += kV) {
       const int64_t n = std::min(kV, end - i);
       const Vec xv = IO::load(x + i, n);
       const Vec inside = (xv >= lo) & (xv <= hi);

@@ -36,7 +36,10 @@ Capability capability();
 /// traffic of a kernel that reads one tensor and writes one, a quarter where it reads two).
 /// Half, not all of it: the other cores' data and the rest of the process share that cache
 /// (rms_norm's forward at 16 MiB float32, a 32 MiB footprint on this project's 32 MiB-L3 AMD
-/// EPYC, 5 alternated runs: 94-132 % of copy_ streamed, 48-154 % (median 60 %) not).
+/// EPYC, 9 alternated runs: 92-132 % of copy_ streamed, 48-154 % (median 63 %) not).
+/// NB: VecIO::store_stream streams vectors at aligned addresses only; the kernels split their
+/// work so that chunks start on a vector boundary, but a row that does not (a row length that
+/// is not a multiple of the vector) is stored as usual.
 /// The threshold: CUSTOMOP_CPU_STREAM_BYTES (digits only; 0 streams every call; read once),
 /// else half the size of the highest cache level of cpu0 in /sys/devices/system/cpu/cpu0/cache,
 /// else half of sysconf(_SC_LEVEL3_CACHE_SIZE), else 16 MiB. Cached; thread-safe.

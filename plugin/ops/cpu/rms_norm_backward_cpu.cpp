@@ -4,8 +4,9 @@
 // column sums (cpu/row_sums.h: chunks of whole rows over the threads, deterministic for a given
 // thread count). One read of g and x and one write of grad_input from memory, where the ATen
 // formula made eleven passes. grad_input goes out by non-temporal stores when the call's
-// footprint exceeds the last-level cache (cpu::stream_stores). Vectorized (at::vec::Vectorized);
-// built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+// footprint exceeds half the last-level cache (cpu::stream_stores). Vectorized
+// (at::vec::Vectorized); built once per instruction set (cpu/cpu_dispatch.h); the default build
+// holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/row_sums.h"

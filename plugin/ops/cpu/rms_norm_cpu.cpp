@@ -1,7 +1,7 @@
 // CPU kernel of customop::rms_norm: one pass over each row for sum(x^2), one to write
 // y = (x * r) * w, vectorized (at::vec::Vectorized), rows spread with at::parallel_for; y by
 // non-temporal stores when the call's footprint exceeds half the last-level cache
-// (cpu::stream_stores).
+// (cpu::stream_stores; not in place, and only rows that start on a vector boundary).
 // float16/bfloat16 rows are widened to float32 as they are read (cpu/vec_io.h): sum(x^2), r
 // and the products are float32, y is rounded once.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
@@ -131,8 +131,11 @@ void rms_norm_cpu(const RmsNormArgs& a, const at::Tensor& y) {
   const cpu::RmsNormCpuParams p{
       x.const_data_ptr(), w.const_data_ptr(), y.mutable_data_ptr(), d == 0 ? 0 : x.numel() / d, d,
       a.eps, x.scalar_type(),
-      // x read, y written (the weight's one row aside)
-      cpu::stream_stores(2 * x.numel() * static_cast<int64_t>(x.element_size()))};
+      // x read, y written (the weight's one row aside). NB: not in place (rms_norm_ writes x
+      // itself): each row's lines are then in cache from the first pass, there is no read for
+      // ownership to save, and streaming would only evict them.
+      !y.is_alias_of(x) &&
+          cpu::stream_stores(2 * x.numel() * static_cast<int64_t>(x.element_size()))};
   if (p.rows > 0) {
     [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_kernel, p) }();
   }

@@ -1,8 +1,8 @@
 // CPU kernel of customop::weighted_sum_backward: out_k = w_k * g for k < K, one read of g:
-// chunks of g (at::parallel_for) in blocks that stay in L1 while each of the K outputs takes
-// its block, vectorized (at::vec::Vectorized; float16/bfloat16 in float32, rounded once); the
-// outputs by non-temporal stores when the call's footprint exceeds the last-level cache
-// (cpu::stream_stores).
+// chunks of whole blocks of g (at::parallel_for; each block starts on a vector boundary) that
+// stay in L1 while each of the K outputs takes its block, vectorized (at::vec::Vectorized;
+// float16/bfloat16 in float32, rounded once); the outputs by non-temporal stores when the
+// call's footprint exceeds half the last-level cache (cpu::stream_stores).
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
@@ -58,11 +58,14 @@ void wsb_block(const T* g, void* const* out, int64_t at, const double* w, int64_
 template <class T>
 void run(const WeightedSumBackwardCpuParams& p) {
   const T* g = static_cast<const T*>(p.grad);
-  // Grain: about kGrainSize elements written per task.
-  const int64_t grain = std::max<int64_t>(kWsbBlock, kGrainSize / p.k);
-  at::parallel_for(0, p.numel, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; b += kWsbBlock) {
-      const int64_t n = std::min(kWsbBlock, end - b);
+  // Tasks of whole blocks, about kGrainSize elements written per task: every block starts at a
+  // multiple of kWsbBlock elements, so streamed stores stay aligned on every thread.
+  const int64_t blocks = (p.numel + kWsbBlock - 1) / kWsbBlock;
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / p.k / kWsbBlock);
+  at::parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      const int64_t b = blk * kWsbBlock;
+      const int64_t n = std::min(kWsbBlock, p.numel - b);
       if (p.stream) {
         wsb_block<T, true>(g + b, p.out, b, p.weights, p.k, n);
       } else {
