@@ -8,6 +8,7 @@
 // (cpu/cpu_dispatch.h): no static data here.
 
 #include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/BFloat16.h>
@@ -225,6 +226,21 @@ inline void stream_fence() {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
   _mm_sfence();
 #endif
+}
+
+/// at::parallel_for over [0, n) in whole blocks of `block` elements, at least `grain` blocks per
+/// task: body(b, len) for each block, b a multiple of `block` and len = min(block, n - b), so
+/// every block of a contiguous tensor starts on a vector boundary whatever the thread count
+/// (VecIO::store_stream streams aligned vectors only); then stream_fence() once per task when
+/// `stream`.
+template <class F>
+void parallel_for_blocks(int64_t n, int64_t block, int64_t grain, bool stream, const F& body) {
+  at::parallel_for(0, (n + block - 1) / block, grain, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      body(blk * block, std::min(block, n - blk * block));
+    }
+    if (stream) stream_fence();
+  });
 }
 
 /// out[0, n) = f(in[0, n)...) elementwise, two vectors at a time in VecIO<T>'s unordered lane

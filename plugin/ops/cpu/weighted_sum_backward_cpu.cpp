@@ -60,19 +60,13 @@ void run(const WeightedSumBackwardCpuParams& p) {
   const T* g = static_cast<const T*>(p.grad);
   // Tasks of whole blocks, about kGrainSize elements written per task: every block starts at a
   // multiple of kWsbBlock elements, so streamed stores stay aligned on every thread.
-  const int64_t blocks = (p.numel + kWsbBlock - 1) / kWsbBlock;
   const int64_t grain = std::max<int64_t>(1, kGrainSize / p.k / kWsbBlock);
-  at::parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
-    for (int64_t blk = first; blk < last; ++blk) {
-      const int64_t b = blk * kWsbBlock;
-      const int64_t n = std::min(kWsbBlock, p.numel - b);
-      if (p.stream) {
-        wsb_block<T, true>(g + b, p.out, b, p.weights, p.k, n);
-      } else {
-        wsb_block<T, false>(g + b, p.out, b, p.weights, p.k, n);
-      }
+  parallel_for_blocks(p.numel, kWsbBlock, grain, p.stream, [&](int64_t b, int64_t n) {
+    if (p.stream) {
+      wsb_block<T, true>(g + b, p.out, b, p.weights, p.k, n);
+    } else {
+      wsb_block<T, false>(g + b, p.out, b, p.weights, p.k, n);
     }
-    if (p.stream) stream_fence();
   });
 }
 

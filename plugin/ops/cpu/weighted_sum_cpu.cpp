@@ -92,19 +92,13 @@ void run(const WeightedSumCpuParams& p) {
   T* y = static_cast<T*>(p.output);
   // Tasks of whole blocks, about kGrainSize elements in total over the K inputs: every block
   // starts at a multiple of kBlock elements, so streamed stores stay aligned on every thread.
-  const int64_t blocks = (p.numel + kBlock - 1) / kBlock;
   const int64_t grain = std::max<int64_t>(1, kGrainSize / p.k / kBlock);
-  at::parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
-    for (int64_t blk = first; blk < last; ++blk) {
-      const int64_t b = blk * kBlock;
-      const int64_t n = std::min(kBlock, p.numel - b);
-      if (p.stream) {
-        weighted_sum_block<T, true>(x, p.weights, p.k, y + b, b, n);
-      } else {
-        weighted_sum_block<T, false>(x, p.weights, p.k, y + b, b, n);
-      }
+  parallel_for_blocks(p.numel, kBlock, grain, p.stream, [&](int64_t b, int64_t n) {
+    if (p.stream) {
+      weighted_sum_block<T, true>(x, p.weights, p.k, y + b, b, n);
+    } else {
+      weighted_sum_block<T, false>(x, p.weights, p.k, y + b, b, n);
     }
-    if (p.stream) stream_fence();
   });
 }
 
