@@ -47,25 +47,24 @@ void run(const ClampCountBackwardCpuParams& p) {
   const Vec lo(static_cast<A>(static_cast<T>(p.min)));
   const Vec hi(static_cast<A>(static_cast<T>(p.max)));
   const Vec zero(A(0));
-  // Tasks of whole blocks of kCcbBlock elements: each starts on a vector boundary, so streamed
-  // stores stay aligned on every thread.
+  // Tasks of whole blocks of 1024 elements (parallel_for_blocks): each starts on a vector
+  // boundary, so streamed stores stay aligned on every thread.
   constexpr int64_t kCcbBlock = 1024;
-  const int64_t blocks = (p.numel + kCcbBlock - 1) / kCcbBlock;
-  at::parallel_for(0, blocks, kGrainSize / kCcbBlock, [&](int64_t first, int64_t last) {
-    const int64_t end = std::min(p.numel, last * kCcbBlock);
-    for (int64_t i = first * kCcbBlock; i < end; i += kV) {
-      const int64_t n = std::min(kV, end - i);
-      const Vec xv = IO::load(x + i, n);
-      const Vec inside = (xv >= lo) & (xv <= hi);
-      const Vec v = Vec::blendv(zero, IO::load(g + i, n), inside);
-      if (kStream && n == kV) {
-        IO::store_stream(v, gi + i);
-      } else {
-        IO::store(v, gi + i, n);
-      }
-    }
-    if constexpr (kStream) stream_fence();
-  });
+  parallel_for_blocks(p.numel, kCcbBlock, kGrainSize / kCcbBlock, kStream,
+                      [&](int64_t b, int64_t len) {
+                        const int64_t end = b + len;
+                        for (int64_t i = b; i < end; i += kV) {
+                          const int64_t n = std::min(kV, end - i);
+                          const Vec xv = IO::load(x + i, n);
+                          const Vec inside = (xv >= lo) & (xv <= hi);
+                          const Vec v = Vec::blendv(zero, IO::load(g + i, n), inside);
+                          if (kStream && n == kV) {
+                            IO::store_stream(v, gi + i);
+                          } else {
+                            IO::store(v, gi + i, n);
+                          }
+                        }
+                      });
 }
 
 }  // namespace
