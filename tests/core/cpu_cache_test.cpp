@@ -72,6 +72,25 @@ TEST_F(CpuCache, ABlockUpToAnEighthLargerIsReusedAndNoLarger) {
   EXPECT_EQ(cache::stats().idle_bytes, static_cast<std::size_t>(4 * kMiB));
 }
 
+// A loop that frees its output before the next call's takes the same block each time, not the
+// other idle blocks of its size in turn: the block it wrote last is the one most likely cached.
+TEST_F(CpuCache, TheMostRecentlyFreedBlockOfASizeIsTakenFirst) {
+  at::Tensor a = mib_tensor(4);
+  at::Tensor b = mib_tensor(4);
+  const void* pa = a.const_data_ptr();
+  const void* pb = b.const_data_ptr();
+  a = at::Tensor();
+  b = at::Tensor();  // freed last
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor c = mib_tensor(4);
+    EXPECT_EQ(c.const_data_ptr(), pb) << "call " << i;
+  }
+  at::Tensor c = mib_tensor(4);
+  at::Tensor d = mib_tensor(4);  // the other block, once the last freed is taken
+  EXPECT_EQ(c.const_data_ptr(), pb);
+  EXPECT_EQ(d.const_data_ptr(), pa);
+}
+
 TEST_F(CpuCache, SmallRequestsBypassTheCache) {
   const cache::Stats before = cache::stats();
   at::Tensor small = cache::empty({1024}, at::kFloat);
