@@ -67,7 +67,7 @@ MaxAlongGrads max_along_backward(const MaxAlongSaved& s, const at::Tensor& grad_
     return {g.new_zeros_symint(s.input_sizes).scatter(s.dim, idx, g)};
   }
   return {max_along_backward_op()(
-      MaxAlongBackwardArgs{g, idx, s.dim, s.input_sizes[static_cast<size_t>(s.dim)].expect_int()})};
+      MaxAlongBackwardArgs{g, idx, s.dim, s.input_sizes[static_cast<size_t>(s.dim)]})};
 }
 
 // JVP: the values' tangent is dx at the argmax of each slice (gathered); indices are integers

@@ -31,13 +31,16 @@ int64_t check_max_along_backward(const MaxAlongBackwardArgs& a, c10::DeviceType 
   const int64_t dim = wrap_dim("max_along_backward", a.dim, a.grad.dim());
   TORCH_CHECK(a.grad.sym_size(dim) == 1, "max_along_backward: grad must have size 1 at dim ", a.dim,
               " (keepdim form), but got shape ", a.grad.sym_sizes());
-  TORCH_CHECK(a.size >= 1, "max_along_backward: size must be >= 1, but got ", a.size);
-  if (const auto n = a.grad.sym_numel().maybe_as_int()) {
+  // NB: a symbolic size (fake tensors) is checked by a runtime assertion, not a guard on its value.
+  TORCH_SYM_CHECK(a.size.sym_ge(1), "max_along_backward: size must be >= 1, but got ", a.size);
+  const auto n = a.grad.sym_numel().maybe_as_int();
+  const auto size = a.size.maybe_as_int();
+  if (n && size) {
     int64_t elements = 0, bytes = 0;
     TORCH_CHECK(
-        !c10::mul_overflows(*n, a.size, &elements) &&
+        !c10::mul_overflows(*n, *size, &elements) &&
             !c10::mul_overflows(elements, static_cast<int64_t>(a.grad.element_size()), &bytes),
-        "max_along_backward: size ", a.size, " times grad's ", *n,
+        "max_along_backward: size ", *size, " times grad's ", *n,
         " elements is too large an output (its byte count overflows int64)");
   }
   return dim;
@@ -62,12 +65,11 @@ struct MaxAlongBackwardGrads {
 struct MaxAlongBackwardSaved {
   at::Tensor indices;
   int64_t dim;
-  int64_t size;
 };
 
 MaxAlongBackwardSaved max_along_backward_save(const MaxAlongBackwardArgs& a,
                                               const at::Tensor& /*out*/) {
-  return {a.indices, a.dim, a.size};
+  return {a.indices, a.dim};
 }
 
 // Linear in g: the VJP gathers the cotangent at the indices (the transpose of a scatter).
@@ -113,7 +115,8 @@ std::vector<std::pair<std::string, MaxAlongBackwardArgs>> max_along_backward_sam
 Op<MaxAlongBackwardArgs>& max_along_backward_op() {
   static Op<MaxAlongBackwardArgs>& op = []() -> Op<MaxAlongBackwardArgs>& {
     auto& o = define<MaxAlongBackwardArgs>(
-        "customop::max_along_backward(Tensor grad, Tensor indices, int dim, int size) -> Tensor");
+        "customop::max_along_backward(Tensor grad, Tensor indices, int dim, SymInt size) -> "
+        "Tensor");
     o.shape(&max_along_backward_shape);
     o.impl(c10::DeviceType::CPU, &detail::max_along_backward_cpu);
 #ifdef CUSTOMOP_WITH_CUDA

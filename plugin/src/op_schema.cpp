@@ -41,6 +41,8 @@ std::string_view schema_type_name(ArgKind kind) {
     case ArgKind::kOptionalScalar: return "Scalar?";
     case ArgKind::kScalarType: return "ScalarType";
     case ArgKind::kOptionalScalarType: return "ScalarType?";
+    case ArgKind::kSymInt: return "SymInt";
+    case ArgKind::kSymIntList: return "SymInt[]";
   }
   return "?";
 }
@@ -67,6 +69,8 @@ std::string_view cpp_type_for(ArgKind kind) {
     case ArgKind::kOptionalScalar: return "std::optional<c10::Scalar>";
     case ArgKind::kScalarType: return "c10::ScalarType";
     case ArgKind::kOptionalScalarType: return "std::optional<c10::ScalarType>";
+    case ArgKind::kSymInt: return "c10::SymInt";
+    case ArgKind::kSymIntList: return "std::vector<c10::SymInt>";
   }
   return "?";
 }
@@ -138,6 +142,7 @@ std::optional<ArgKind> kind_of_type(const c10::TypePtr& type) {
   switch (type->kind()) {
     case K::TensorType: return ArgKind::kTensor;
     case K::IntType: return ArgKind::kInt;
+    case K::SymIntType: return ArgKind::kSymInt;
     case K::FloatType: return ArgKind::kFloat;
     case K::BoolType: return ArgKind::kBool;
     case K::StringType: return ArgKind::kStr;
@@ -161,6 +166,7 @@ std::optional<ArgKind> kind_of_type(const c10::TypePtr& type) {
       switch (elem->kind()) {
         case K::TensorType: return ArgKind::kTensorList;
         case K::IntType: return ArgKind::kIntList;
+        case K::SymIntType: return ArgKind::kSymIntList;
         case K::FloatType: return ArgKind::kFloatList;
         case K::BoolType: return ArgKind::kBoolList;
         default: return std::nullopt;

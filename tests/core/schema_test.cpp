@@ -415,10 +415,10 @@ TEST(Schema, UnsupportedSchemaArgumentTypeRejected) {
     int64_t n;
   };
   const auto msg = error_message<c10::ValueError>(
-      [] { customop::define<Args>("core_schema::s7_symint(Tensor x, SymInt n) -> Tensor"); });
-  EXPECT_THAT(msg, AllOf(HasSubstr("argument 'n' has the schema type SymInt"),
+      [] { customop::define<Args>("core_schema::s7_device(Tensor x, Device n) -> Tensor"); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("argument 'n' has the schema type Device"),
                          HasSubstr("customop does not support")));
-  expect_not_registered("core_schema::s7_symint");
+  expect_not_registered("core_schema::s7_device");
 }
 
 // SCENARIOS S7.
@@ -703,11 +703,11 @@ TEST(Schema, StaticSchemaLeavesUnsupportedTypesToTheRuntimeCheck) {
     at::Tensor x;
     int64_t n;
   };
-  // SymInt is not in the table of customop/arg_types.h: both define() forms refuse it.
+  // Device is not in the table of customop/arg_types.h: both define() forms refuse it.
   const auto msg = error_message<c10::ValueError>(
-      [] { customop::define<Args, "core_schema::static_symint(Tensor x, SymInt n) -> Tensor">(); });
-  EXPECT_THAT(msg, HasSubstr("argument 'n' has the schema type SymInt"));
-  expect_not_registered("core_schema::static_symint");
+      [] { customop::define<Args, "core_schema::static_device(Tensor x, Device n) -> Tensor">(); });
+  EXPECT_THAT(msg, HasSubstr("argument 'n' has the schema type Device"));
+  expect_not_registered("core_schema::static_device");
 }
 
 }  // namespace

@@ -180,6 +180,52 @@ def test_compile_fullgraph_dynamic_matches_eager_without_recompiling(backend):
     assert int(clamped) == int(ce)
 
 
+def _max_along_backward_case(rows, size, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, size, generator=gen, dtype=torch.float64)
+    _, idx = x.max(1, keepdim=True)
+    g = torch.randn(rows, 1, generator=gen, dtype=torch.float64)
+    return g, idx, x
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_dynamic_keeps_a_symint_size_argument_symbolic(backend):
+    """max_along_backward's `size` is a SymInt: given x's symbolic size under
+    torch.compile(dynamic=True), one graph serves every size (an `int` argument would guard on
+    the traced value and recompile for the next)."""
+    torch._dynamo.reset()
+
+    def f(g, idx, x):
+        return torch.ops.customop.max_along_backward(g, idx, 1, x.shape[1])
+
+    compiled = torch.compile(f, backend=backend, fullgraph=True, dynamic=True)
+    for size in (6, 9):
+        g, idx, x = _max_along_backward_case(4, size, seed=size)
+        torch.testing.assert_close(compiled(g, idx, x), torch.zeros_like(x).scatter_(1, idx, g))
+    g, idx, x = _max_along_backward_case(3, 13, seed=13)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        out = compiled(g, idx, x)
+    assert out.shape == (3, 13)
+    torch.testing.assert_close(out, torch.zeros_like(x).scatter_(1, idx, g))
+
+
+def test_export_keeps_a_symint_size_argument_dynamic():
+    """torch.export with a dynamic dim passed as max_along_backward's SymInt size: the program
+    runs at another size (an `int` argument would specialise the dim and the export refuse it)."""
+
+    class Scatter(torch.nn.Module):
+        def forward(self, g, idx, x):
+            return torch.ops.customop.max_along_backward(g, idx, 1, x.shape[1])
+
+    size = torch.export.Dim("size", min=2, max=1 << 20)
+    program = torch.export.export(Scatter(), _max_along_backward_case(4, 6),
+                                  dynamic_shapes={"g": None, "idx": None, "x": {1: size}})
+    g, idx, x = _max_along_backward_case(4, 11, seed=3)
+    out = program.module()(g, idx, x)
+    assert out.shape == (4, 11)
+    torch.testing.assert_close(out, torch.zeros_like(x).scatter_(1, idx, g))
+
+
 # ---- torch.func (the transforms themselves: test_transforms.py) ---------------------------
 
 def test_vmap_runs_the_ops_batching_rule_not_torchs_fallback():

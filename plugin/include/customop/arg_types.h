@@ -15,6 +15,13 @@
 /// | int[] / float[] / bool[] | std::vector<int64_t> / std::vector<double> / std::vector<bool> |
 /// | Scalar / Scalar?   | c10::Scalar / std::optional<c10::Scalar> |
 /// | ScalarType / ScalarType? | c10::ScalarType / std::optional<c10::ScalarType> |
+/// | SymInt / SymInt[]  | c10::SymInt / std::vector<c10::SymInt> |
+///
+/// SymInt is for a size: under torch.compile, torch.export or a fake-tensor trace it carries
+/// the symbol of a tensor's size (concrete in eager calls), so the shape function computes
+/// symbolic output sizes from it and the trace stays dynamic; an `int` argument given a symbolic
+/// size specialises the graph on its value. A kernel, which always sees concrete values, reads
+/// it with `expect_int()`; a shape function keeps it symbolic (c10::SymInt arithmetic).
 ///
 /// Return types (the `Ret` of an op): at::Tensor, std::vector<at::Tensor>, int64_t, double,
 /// bool, or a std::tuple of those for several returns; `void` (schema `-> ()`) for an op that
@@ -30,6 +37,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/SymInt.h>
 
 #include <array>
 #include <cstdint>
@@ -65,6 +73,8 @@ enum class ArgKind : std::uint8_t {
   kOptionalScalar,
   kScalarType,
   kOptionalScalarType,
+  kSymInt,      // SymInt
+  kSymIntList,  // SymInt[]
 };
 
 /// The schema spelling of an ArgKind ("Tensor?", "int[]", ...).
@@ -148,6 +158,8 @@ CUSTOMOP_ARG_TRAITS(std::optional<c10::Scalar>, kOptionalScalar, "std::optional<
 CUSTOMOP_ARG_TRAITS(c10::ScalarType, kScalarType, "c10::ScalarType")
 CUSTOMOP_ARG_TRAITS(std::optional<c10::ScalarType>, kOptionalScalarType,
                     "std::optional<c10::ScalarType>")
+CUSTOMOP_ARG_TRAITS(c10::SymInt, kSymInt, "c10::SymInt")
+CUSTOMOP_ARG_TRAITS(std::vector<c10::SymInt>, kSymIntList, "std::vector<c10::SymInt>")
 #undef CUSTOMOP_ARG_TRAITS
 template <>
 struct ArgTraits<MutableTensor> {

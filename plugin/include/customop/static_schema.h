@@ -67,12 +67,14 @@ constexpr std::optional<ArgKind> kind_of(std::string_view type) {
       {"float[]", ArgKind::kFloatList},     {"bool[]", ArgKind::kBoolList},
       {"Scalar", ArgKind::kScalar},         {"Scalar?", ArgKind::kOptionalScalar},
       {"ScalarType", ArgKind::kScalarType}, {"ScalarType?", ArgKind::kOptionalScalarType},
+      {"SymInt", ArgKind::kSymInt},         {"SymInt[]", ArgKind::kSymIntList},
   };
   for (const auto& [name, kind] : kTable) {
     if (name == type) return kind;
   }
-  // Fixed-size lists: int[2], float[3], bool[4].
+  // Fixed-size lists: int[2], float[3], bool[4], SymInt[2].
   for (auto [prefix, kind] : {std::pair{std::string_view("int["), ArgKind::kIntList},
+                              std::pair{std::string_view("SymInt["), ArgKind::kSymIntList},
                               std::pair{std::string_view("float["), ArgKind::kFloatList},
                               std::pair{std::string_view("bool["), ArgKind::kBoolList}}) {
     if (type.starts_with(prefix) && type.ends_with("]")) return kind;

@@ -23,7 +23,7 @@ void max_along_backward_cuda(const MaxAlongBackwardArgs& a, const at::Tensor& ou
   // NB: no host sync: a bad index fails a device assertion that the next synchronising call
   // raises (the kernel leaves that slice zero).
   if (idx.numel() > 0) {
-    at::_assert_async((idx >= 0).logical_and_(idx < a.size).all(),
+    at::_assert_async((idx >= 0).logical_and_(idx < a.size.expect_int()).all(),
                       "max_along_backward: indices must be in [0, size)");
   }
   const auto s = split_at_dim(out.sizes(), dim);

@@ -6,12 +6,13 @@
 #include <customop/op.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
 
 #include <cstdint>
 
 namespace customop::ops {
 
-/// Arguments of `customop::max_along_backward(Tensor grad, Tensor indices, int dim, int size)
+/// Arguments of `customop::max_along_backward(Tensor grad, Tensor indices, int dim, SymInt size)
 /// -> Tensor`.
 struct MaxAlongBackwardArgs {
   /// g, the grad of max_along's values in keepdim form (size 1 at `dim`; at least 1-d; any
@@ -23,8 +24,10 @@ struct MaxAlongBackwardArgs {
   at::Tensor indices;
   /// The reduced dim, in [-grad.dim(), grad.dim() - 1].
   int64_t dim;
-  /// The length of the reduced dim in max_along's input, >= 1.
-  int64_t size;
+  /// The length of the reduced dim in max_along's input, >= 1: a SymInt, so that under
+  /// torch.compile, torch.export and fake tensors it can be the input's symbolic size (the output
+  /// shape stays dynamic); concrete in eager calls (an int64_t converts to it).
+  c10::SymInt size;
 };
 
 /// grad_input = g at position indices along `dim`, 0 elsewhere (g scattered into zeros: ATen's
