@@ -11,10 +11,10 @@
 //
 // What it does: a request of at least `kMinBytes` takes an idle block of at least its size and
 // at most 1/8 larger (the smallest such; of equal ones, the most recently freed, whose lines are
-// the likeliest to be cached), or maps a new one. When the tensor's storage is freed, its block goes back
-// to the idle list, if it fits under the limit; to make room, the largest other idle blocks are
-// unmapped first (a block larger than the limit is unmapped at once). Smaller requests, and
-// every request while the limit is 0, go to c10's CPU allocator as before. Blocks are 64-byte
+// the likeliest to be cached), or maps a new one. When the tensor's storage is freed, its block
+// goes back to the idle list, if it fits under the limit; to make room, the largest other idle
+// blocks are unmapped first (a block larger than the limit is unmapped at once). Smaller requests,
+// and every request while the limit is 0, go to c10's CPU allocator as before. Blocks are 64-byte
 // aligned (mmap gives pages). torch.profiler's memory view sees a block while a tensor owns it.
 //
 // The limit bounds idle memory only (memory held for reuse, not owned by any tensor), per
