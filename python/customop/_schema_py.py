@@ -88,10 +88,50 @@ def _alias(arg) -> str:
     return f"({sets}{'!' if info.is_write else ''})"
 
 
+def argument_types(schema_text: str) -> list[str]:
+    """The type of each argument of a schema's text, in order ("Tensor", "SymInt[]", ...).
+    torch's Python Argument objects spell SymInt as int, so the schema's text is read: the
+    argument list split at the commas outside brackets and quotes."""
+    start = schema_text.find("(")
+    depth, quote, parts, cur = 0, None, [], ""
+    for ch in schema_text[start + 1:]:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            if depth == 0:
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur)
+    return [p.split()[0] for p in (p.strip() for p in parts) if p and p != "*"]
+
+
+def _spelled_types(schema) -> list[str]:
+    """schema_type of each argument, with SymInt where the schema has it (SymInt, SymInt?,
+    SymInt[]): torch's Python Argument reports those as int, int?, int[]."""
+    texts = argument_types(str(schema))
+    out = []
+    for i, a in enumerate(schema.arguments):
+        spelled = schema_type(a.type)
+        if i < len(texts) and texts[i].startswith("SymInt"):
+            spelled = spelled.replace("int", "SymInt", 1)
+        out.append(spelled)
+    return out
+
+
 def schema_text(schema) -> str:
     """The schema with defaults spelled as written (float eps=1e-06), as `customop-gradcheck
     --list` prints it."""
-    args = spell_arguments(schema, lambda a: f"{schema_type(a.type)}{_alias(a)} {a.name}" + (
+    types = dict(zip((a.name for a in schema.arguments), _spelled_types(schema)))
+    args = spell_arguments(schema, lambda a: f"{types[a.name]}{_alias(a)} {a.name}" + (
         "=" + _schema_default(a) if a.has_default_value() else ""))
     rets = [f"{schema_type(r.type)} {r.name}" if r.name else schema_type(r.type)
             for r in schema.returns]

@@ -27,32 +27,7 @@ import os
 import torch
 
 from ._op_call import is_tensor_list, map_tensors, split_call
-
-
-def _argument_types(schema_text: str) -> list[str]:
-    """The type of each argument of a schema's text, in order ("Tensor", "SymInt[]", ...).
-    torch's Python Argument objects spell SymInt as int, so the schema's text is read: the
-    argument list split at the commas outside brackets and quotes."""
-    start = schema_text.find("(")
-    depth, quote, parts, cur = 0, None, [], ""
-    for ch in schema_text[start + 1:]:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            if depth == 0:
-                break
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    parts.append(cur)
-    return [p.split()[0] for p in (p.strip() for p in parts) if p and p != "*"]
+from ._schema_py import argument_types
 
 
 def _symint_positions(op) -> dict[int, bool]:
@@ -61,7 +36,7 @@ def _symint_positions(op) -> dict[int, bool]:
     if schema is None:
         return {}
     out = {}
-    for i, t in enumerate(_argument_types(str(schema))):
+    for i, t in enumerate(argument_types(str(schema))):
         base = t.split("(")[0]
         if base in ("SymInt", "SymInt?"):
             out[i] = False

@@ -32,7 +32,7 @@ def max_along(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, T
     """customop::max_along(Tensor input, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"""
 
 def max_along_backward(grad: Tensor, indices: Tensor, dim: int, size: int) -> Tensor:
-    """customop::max_along_backward(Tensor grad, Tensor indices, int dim, int size) -> Tensor"""
+    """customop::max_along_backward(Tensor grad, Tensor indices, int dim, SymInt size) -> Tensor"""
 
 def paged_kv_write(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor) -> None:
     """customop::paged_kv_write(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping) -> ()"""

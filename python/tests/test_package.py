@@ -83,6 +83,21 @@ def test_named_arguments_and_defaults_come_from_the_schema(name):
     assert f"customop/ops/{name.rstrip('_')}.h" in fn.__doc__
 
 
+def test_schema_text_keeps_symint_where_torchs_python_arguments_say_int():
+    # torch's Python Argument reports a SymInt argument's type as int; the text, docstrings
+    # and ops.pyi spell it as the schema does.
+    schema = torch.ops.customop.max_along_backward.default._schema
+    assert [str(a.type) for a in schema.arguments][3] == "int"
+    text = _schema_py.schema_text(schema)
+    assert text == str(schema)
+    assert "int dim, SymInt size" in text
+    lib = torch.library.Library("customop_pkg_symint", "DEF")
+    lib.define("f(Tensor x, SymInt[] shape, SymInt? n=None, int k=2) -> Tensor")
+    schema = torch.ops.customop_pkg_symint.f.default._schema
+    assert _schema_py.schema_text(schema) == (
+        "customop_pkg_symint::f(Tensor x, SymInt[] shape, SymInt? n=None, int k=2) -> Tensor")
+
+
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_a_call_equals_the_dispatcher_op_and_passes_opcheck(name):
     kwargs = CALLS[name]()
