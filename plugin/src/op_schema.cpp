@@ -42,6 +42,7 @@ std::string_view schema_type_name(ArgKind kind) {
     case ArgKind::kScalarType: return "ScalarType";
     case ArgKind::kOptionalScalarType: return "ScalarType?";
     case ArgKind::kSymInt: return "SymInt";
+    case ArgKind::kOptionalSymInt: return "SymInt?";
     case ArgKind::kSymIntList: return "SymInt[]";
   }
   return "?";
@@ -70,6 +71,7 @@ std::string_view cpp_type_for(ArgKind kind) {
     case ArgKind::kScalarType: return "c10::ScalarType";
     case ArgKind::kOptionalScalarType: return "std::optional<c10::ScalarType>";
     case ArgKind::kSymInt: return "c10::SymInt";
+    case ArgKind::kOptionalSymInt: return "std::optional<c10::SymInt>";
     case ArgKind::kSymIntList: return "std::vector<c10::SymInt>";
   }
   return "?";
@@ -153,6 +155,7 @@ std::optional<ArgKind> kind_of_type(const c10::TypePtr& type) {
       switch (elem->kind()) {
         case K::TensorType: return ArgKind::kOptionalTensor;
         case K::IntType: return ArgKind::kOptionalInt;
+        case K::SymIntType: return ArgKind::kOptionalSymInt;
         case K::FloatType: return ArgKind::kOptionalFloat;
         case K::BoolType: return ArgKind::kOptionalBool;
         case K::StringType: return ArgKind::kOptionalStr;
@@ -406,7 +409,8 @@ bool is_optional_kind(ArgKind k) {
     case ArgKind::kOptionalBool:
     case ArgKind::kOptionalStr:
     case ArgKind::kOptionalScalar:
-    case ArgKind::kOptionalScalarType: return true;
+    case ArgKind::kOptionalScalarType:
+    case ArgKind::kOptionalSymInt: return true;
     default: return false;
   }
 }

@@ -1,7 +1,8 @@
-// SymInt and SymInt[] arguments (customop/arg_types.h): c10::SymInt and std::vector<c10::SymInt>
-// fields take them, in both define() forms and in an inferred schema; their values reach the
-// kernel unchanged (from C++ and from a boxed call with plain ints); the shape function reads
-// them as sizes; a field of another type is refused naming the field and both types.
+// SymInt, SymInt? and SymInt[] arguments (customop/arg_types.h): c10::SymInt,
+// std::optional<c10::SymInt> and std::vector<c10::SymInt> fields take them, in both define() forms
+// and in an inferred schema; their values reach the kernel unchanged (from C++ and from a boxed
+// call with plain ints); the shape function reads them as sizes; a field of another type is refused
+// naming the field and both types.
 
 #include "support/error_message.h"
 
@@ -147,6 +148,35 @@ TEST(SymIntArgs, InferredSchemaSpellsThemWithDefaults) {
   EXPECT_EQ(op.schema_text(),
             "core_symint::inferred(Tensor x, SymInt n, SymInt groups=4, SymInt[] shape=[2, 3]) "
             "-> Tensor");
+}
+
+// An optional size: None reaches the kernel as nullopt, a value as itself; the shape function
+// sizes the output from either.
+struct HeadArgs {
+  at::Tensor x;
+  std::optional<c10::SymInt> n;
+};
+
+TEST(SymIntArgs, AnOptionalSymIntIsNoneOrItsValue) {
+  static auto& op = []() -> customop::Op<HeadArgs>& {
+    auto& o = customop::define<HeadArgs>("core_symint::head");
+    o.shape([](const HeadArgs& a) {
+      return customop::TensorSpec::like(a.x).sized({a.n.value_or(a.x.sym_size(0))});
+    });
+    o.impl(c10::DeviceType::CPU, [](const HeadArgs& a, const at::Tensor& out) {
+      out.copy_(a.x.narrow(0, 0, out.size(0)));
+    });
+    return o;
+  }();
+  EXPECT_EQ(op.schema_text(), "core_symint::head(Tensor x, SymInt? n=None) -> Tensor");
+  EXPECT_EQ(op.args()[1].kind, customop::ArgKind::kOptionalSymInt);
+  const auto x = at::arange(5, at::kDouble);
+  EXPECT_TRUE(at::equal(op(HeadArgs{x, std::nullopt}), x));
+  EXPECT_TRUE(at::equal(op(HeadArgs{x, c10::SymInt(2)}), x.narrow(0, 0, 2)));
+  torch::jit::Stack stack{c10::IValue(x), c10::IValue(int64_t{3})};
+  op.handle().callBoxed(stack);
+  EXPECT_EQ(stack.at(0).toTensor().size(0), 3);
+  EXPECT_EQ(op(HeadArgs{at::empty({9}, at::device(at::kMeta)), std::nullopt}).size(0), 9);
 }
 
 TEST(SymIntArgs, AnInt64FieldForASymIntArgumentIsRefused) {

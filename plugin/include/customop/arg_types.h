@@ -15,7 +15,8 @@
 /// | int[] / float[] / bool[] | std::vector<int64_t> / std::vector<double> / std::vector<bool> |
 /// | Scalar / Scalar?   | c10::Scalar / std::optional<c10::Scalar> |
 /// | ScalarType / ScalarType? | c10::ScalarType / std::optional<c10::ScalarType> |
-/// | SymInt / SymInt[]  | c10::SymInt / std::vector<c10::SymInt> |
+/// | SymInt / SymInt? / SymInt[] | c10::SymInt / std::optional<c10::SymInt> /
+/// std::vector<c10::SymInt> |
 ///
 /// SymInt is for a size: under torch.compile, torch.export or a fake-tensor trace it carries
 /// the symbol of a tensor's size (concrete in eager calls), so the shape function computes
@@ -73,8 +74,9 @@ enum class ArgKind : std::uint8_t {
   kOptionalScalar,
   kScalarType,
   kOptionalScalarType,
-  kSymInt,      // SymInt
-  kSymIntList,  // SymInt[]
+  kSymInt,          // SymInt
+  kOptionalSymInt,  // SymInt?
+  kSymIntList,      // SymInt[]
 };
 
 /// The schema spelling of an ArgKind ("Tensor?", "int[]", ...).
@@ -159,6 +161,7 @@ CUSTOMOP_ARG_TRAITS(c10::ScalarType, kScalarType, "c10::ScalarType")
 CUSTOMOP_ARG_TRAITS(std::optional<c10::ScalarType>, kOptionalScalarType,
                     "std::optional<c10::ScalarType>")
 CUSTOMOP_ARG_TRAITS(c10::SymInt, kSymInt, "c10::SymInt")
+CUSTOMOP_ARG_TRAITS(std::optional<c10::SymInt>, kOptionalSymInt, "std::optional<c10::SymInt>")
 CUSTOMOP_ARG_TRAITS(std::vector<c10::SymInt>, kSymIntList, "std::vector<c10::SymInt>")
 #undef CUSTOMOP_ARG_TRAITS
 template <>

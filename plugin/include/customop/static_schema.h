@@ -67,7 +67,8 @@ constexpr std::optional<ArgKind> kind_of(std::string_view type) {
       {"float[]", ArgKind::kFloatList},     {"bool[]", ArgKind::kBoolList},
       {"Scalar", ArgKind::kScalar},         {"Scalar?", ArgKind::kOptionalScalar},
       {"ScalarType", ArgKind::kScalarType}, {"ScalarType?", ArgKind::kOptionalScalarType},
-      {"SymInt", ArgKind::kSymInt},         {"SymInt[]", ArgKind::kSymIntList},
+      {"SymInt", ArgKind::kSymInt},         {"SymInt?", ArgKind::kOptionalSymInt},
+      {"SymInt[]", ArgKind::kSymIntList},
   };
   for (const auto& [name, kind] : kTable) {
     if (name == type) return kind;

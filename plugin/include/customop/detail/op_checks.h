@@ -47,7 +47,8 @@ struct CheckArgField {
                 "type> below names the field). Use at::Tensor, std::optional<at::Tensor>, "
                 "std::vector<at::Tensor>, int64_t (not int), double (not float), bool, "
                 "std::string, std::vector<int64_t|double|bool>, c10::Scalar, c10::ScalarType, "
-                "c10::SymInt, std::vector<c10::SymInt>, or std::optional of a scalar type (see "
+                "c10::SymInt, std::vector<c10::SymInt>, or std::optional of a scalar type or of "
+                "c10::SymInt (see "
                 "customop/arg_types.h)");
   static constexpr ArgKind kind = ArgTraits<Field>::kind;
 };
