@@ -199,7 +199,7 @@ void OpCore::check_written_argument(const c10::Argument& a, const c10::AliasInfo
   const auto kind = kind_of_type(a.real_type());
   TORCH_CHECK_VALUE(kind == ArgKind::kTensor, name_, ": the schema mutates argument '", a.name(),
                     "' (", a.type()->str(), ", alias ", alias,
-                    "), but but only a Tensor argument can be written in place "
+                    "), but only a Tensor argument can be written in place "
                     "(Tensor(a!), a customop::MutableTensor field); Tensor? and Tensor[] "
                     "arguments cannot be");
   for (const auto& set : alias.beforeSets()) {

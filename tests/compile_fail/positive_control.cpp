@@ -59,4 +59,12 @@ void correct_use() {
   op4.impl_backward([](const NoSaved&, const at::Tensor& g, customop::NoGrad) {
     return customop::Grads{{"x", g}};
   });
+  // The schema as a template argument, for an op that writes an argument and returns ().
+  struct AddIntoArgs {
+    customop::MutableTensor acc;
+    at::Tensor x;
+  };
+  auto& op5 = customop::define<AddIntoArgs, "compile_fail::ok5(Tensor(a!) acc, Tensor x) -> ()">();
+  static_assert(std::is_same_v<std::decay_t<decltype(op5)>, customop::Op<AddIntoArgs, void>>);
+  op5.impl(c10::DeviceType::CPU, [](const AddIntoArgs& a) { a.acc.add_(a.x); });
 }

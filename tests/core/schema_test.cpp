@@ -698,6 +698,53 @@ TEST(Schema, StaticSchemaStringDefaultsMayHoldCommasAndParentheses) {
   EXPECT_TRUE(at::equal(op(Args{x, ",", ")", 2}), x * 4));
 }
 
+// Tensor(a!) with a customop::MutableTensor field: the static form defines a writing op whose
+// Ret is void ("-> ()"), and a call writes the argument and bumps its version.
+TEST(Schema, StaticSchemaDefinesAnOpThatWritesAnArgument) {
+  struct Args {
+    customop::MutableTensor acc;
+    at::Tensor x;
+    double alpha;
+  };
+  auto& op = customop::define<Args,
+                              "core_schema::static_add_into(Tensor(a!) acc, Tensor x, "
+                              "float alpha=1.0) -> ()">();
+  static_assert(std::is_same_v<std::decay_t<decltype(op)>::ReturnType, void>);
+  op.impl(c10::DeviceType::CPU, [](const Args& a) { a.acc.add_(a.x, a.alpha); });
+  const auto& schema_args = op.handle().schema().arguments();
+  ASSERT_EQ(schema_args.size(), 3u);
+  ASSERT_NE(schema_args[0].alias_info(), nullptr);
+  EXPECT_TRUE(schema_args[0].alias_info()->isWrite());
+  EXPECT_EQ(schema_args[1].alias_info(), nullptr);
+  EXPECT_TRUE(op.handle().schema().returns().empty());
+  const auto acc = at::zeros({3});
+  const auto version = acc._version();
+  op(Args{acc, at::ones({3}), 2.0});
+  EXPECT_TRUE(at::equal(acc, at::full({3}, 2.0)));
+  EXPECT_GT(acc._version(), version);
+}
+
+// What the compile-time reader leaves alone still gets the runtime's error: a reads-only
+// annotation (Tensor(a), no '!') and an alias set shared by two written arguments.
+TEST(Schema, StaticSchemaLeavesReadOnlyAliasesAndSharedSetsToTheRuntimeCheck) {
+  struct Args {
+    at::Tensor x;
+  };
+  const auto read_only = error_message<c10::ValueError>(
+      [] { customop::define<Args, "core_schema::static_read_alias(Tensor(a) x) -> Tensor">(); });
+  EXPECT_THAT(read_only, HasSubstr("argument 'x' is annotated as an alias (Tensor(a))"));
+  expect_not_registered("core_schema::static_read_alias");
+  struct TwoArgs {
+    customop::MutableTensor x;
+    customop::MutableTensor y;
+  };
+  const auto shared = error_message<c10::ValueError>([] {
+    customop::define<TwoArgs, "core_schema::static_shared_set(Tensor(a!) x, Tensor(a!) y) -> ()">();
+  });
+  EXPECT_THAT(shared, HasSubstr("argument 'y' is written in the alias set 'a'"));
+  expect_not_registered("core_schema::static_shared_set");
+}
+
 TEST(Schema, StaticSchemaLeavesUnsupportedTypesToTheRuntimeCheck) {
   struct Args {
     at::Tensor x;
