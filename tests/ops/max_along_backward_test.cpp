@@ -139,6 +139,36 @@ TEST(MaxAlongBackward, AnIndexOutOfRangeIsRefused) {
   at::set_num_threads(threads);
 }
 
+// A refused call writes nothing: the .out overload's buffer keeps its contents when an index
+// is out of range, on both paths (rows, inner == 1, and blocks), whichever chunk holds it.
+TEST(MaxAlongBackward, AnIndexOutOfRangeLeavesTheOutBufferUnchanged) {
+  const auto out_op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("customop::max_along_backward", "out");
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  struct Case {
+    std::vector<int64_t> grad_shape;
+    int64_t dim, size, bad_at;
+  };
+  // bad_at: a flat position of the indices; the last one lies in the second thread's chunk.
+  for (const Case& c : {Case{{3, 1}, 1, 5, 2}, Case{{1, 6}, 0, 4, 0},
+                        Case{{200000, 1}, 1, 3, 199999}, Case{{2, 1, 70000}, 1, 3, 139999}}) {
+    SCOPED_TRACE(c.bad_at);
+    const auto g = at::randn(c.grad_shape);
+    auto idx = at::randint(c.size, c.grad_shape, at::kLong);
+    idx.view({-1})[c.bad_at] = c.size;
+    std::vector<int64_t> full = c.grad_shape;
+    full[static_cast<size_t>(c.dim)] = c.size;
+    const auto out = at::full(full, 3.0);
+    torch::jit::Stack stack{g, idx, c.dim, c.size, out};
+    EXPECT_THAT(error_message([&] { out_op.callBoxed(stack); }),
+                HasSubstr("but got " + std::to_string(c.size) + " at flat position " +
+                          std::to_string(c.bad_at)));
+    EXPECT_TRUE(at::equal(out, at::full(full, 3.0)));
+  }
+  at::set_num_threads(threads);
+}
+
 // max_along's backward is this op, once per backward, for keepdim and not.
 TEST(MaxAlongBackward, MaxAlongBackwardRunsThroughTheOp) {
   const OpCalls calls("customop::max_along_backward");

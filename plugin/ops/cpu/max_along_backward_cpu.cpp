@@ -2,9 +2,10 @@
 // elsewhere, for contiguous tensors viewed as [outer, size, inner] (g and indices
 // [outer, 1, inner]). Each [size, inner-tile] block is zeroed and its indexed elements written
 // while it is in cache: one write pass over grad_input, where ATen's zeros + scatter_ make two.
-// Indices outside [0, size) are not written and are reported to the entry, which throws.
-// Chunks of blocks are spread with at::parallel_for. Built once per instruction set
-// (cpu/cpu_dispatch.h); the default build holds the entry.
+// Every index is checked against [0, size) before anything is written, so a refused call (one
+// into a .out buffer included) leaves grad_input as it was; the entry throws. Chunks of blocks are
+// spread with at::parallel_for. Built once per instruction set (cpu/cpu_dispatch.h); the default
+// build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 
@@ -32,7 +33,8 @@ struct MaxAlongBackwardCpuParams {
 };
 
 /// Runs the kernel; returns the lowest flat position (o * inner + i) of an index outside
-/// [0, size), or -1 when every index is in range (a bad index's slice is left zero).
+/// [0, size) without writing grad_input, or -1 when every index is in range (and the kernel
+/// ran).
 CUSTOMOP_CPU_DECLARE(int64_t max_along_backward_kernel(const MaxAlongBackwardCpuParams& p))
 
 namespace CUSTOMOP_CPU_CAPABILITY {
@@ -41,33 +43,45 @@ namespace {
 /// Bytes of grad_input one block of the inner > 1 path spans (zeroed, then written in L2).
 constexpr int64_t kMabBlockBytes = 256 * 1024;
 
+/// The lowest flat position of an index outside [0, size) among indices[0, n), or -1. The
+/// lowest over every chunk, so the report does not depend on the threads. One read of the
+/// indices (n = grad_input's elements / size), a branch-free pass per chunk that vectorizes
+/// (a negative index is a large unsigned one); the writing pass then finds them in cache when
+/// a chunk's indices fit it.
+int64_t first_bad_index(const int64_t* indices, int64_t n, int64_t size) {
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  std::atomic<int64_t> bad{kNone};
+  const auto limit = static_cast<uint64_t>(size);
+  at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
+    bool any = false;
+    for (int64_t i = begin; i < end; ++i) any |= static_cast<uint64_t>(indices[i]) >= limit;
+    if (!any) return;
+    int64_t at = begin;
+    while (static_cast<uint64_t>(indices[at]) < limit) ++at;
+    int64_t seen = bad.load();
+    while (at < seen && !bad.compare_exchange_weak(seen, at)) {
+    }
+  });
+  return bad.load() == kNone ? -1 : bad.load();
+}
+
 template <class T>
 int64_t mab_run(const MaxAlongBackwardCpuParams& p) {
   const T* g = static_cast<const T*>(p.grad);
   T* out = static_cast<T*>(p.grad_input);
-  // The lowest bad position over every chunk, so the report does not depend on the threads.
-  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  std::atomic<int64_t> bad{kNone};
-  const auto note_bad = [&](int64_t at) {
-    int64_t seen = bad.load();
-    while (at < seen && !bad.compare_exchange_weak(seen, at)) {
-    }
-  };
+  if (const int64_t bad = first_bad_index(p.indices, p.outer * p.inner, p.size); bad >= 0) {
+    return bad;
+  }
   if (p.inner == 1) {
     at::parallel_for(0, p.outer, std::max<int64_t>(1, kGrainSize / p.size),
                      [&](int64_t begin, int64_t end) {
                        std::memset(static_cast<void*>(out + begin * p.size), 0,
                                    static_cast<size_t>((end - begin) * p.size) * sizeof(T));
                        for (int64_t o = begin; o < end; ++o) {
-                         const int64_t k = p.indices[o];
-                         if (k < 0 || k >= p.size) {
-                           note_bad(o);
-                           continue;
-                         }
-                         out[o * p.size + k] = g[o];
+                         out[o * p.size + p.indices[o]] = g[o];
                        }
                      });
-    return bad.load() == kNone ? -1 : bad.load();
+    return -1;
   }
   // Blocks of `tile` columns of one o, all `size` rows.
   const int64_t fit = kMabBlockBytes / (static_cast<int64_t>(sizeof(T)) * p.size);
@@ -86,16 +100,11 @@ int64_t mab_run(const MaxAlongBackwardCpuParams& p) {
                        }
                        const int64_t at = o * p.inner + i0;
                        for (int64_t i = 0; i < w; ++i) {
-                         const int64_t k = p.indices[at + i];
-                         if (k < 0 || k >= p.size) {
-                           note_bad(at + i);
-                           continue;
-                         }
-                         block[k * p.inner + i] = g[at + i];
+                         block[p.indices[at + i] * p.inner + i] = g[at + i];
                        }
                      }
                    });
-  return bad.load() == kNone ? -1 : bad.load();
+  return -1;
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ struct MaxAlongBackwardArgs {
 /// \throws c10::Error naming `max_along_backward` and the argument when grad's size at dim is
 ///         not 1, indices' shape or device is not grad's, or size < 1; c10::TypeError when
 ///         grad's dtype is not supported or indices are not int64; c10::ValueError when dim is
-///         out of range; c10::IndexError (CPU) when an index is outside [0, size). On CUDA an
-///         index outside [0, size) fails a device-side assertion (the next synchronising call
-///         raises it) and its slice is left zero.
+///         out of range; c10::IndexError (CPU) when an index is outside [0, size), naming the
+///         lowest such position, before anything is written (a `.out` buffer keeps its
+///         contents). On CUDA an index outside [0, size) fails a device-side assertion (the
+///         next synchronising call raises it) and its slice is left zero.
 ///
 /// Example:
 ///   using customop::ops::MaxAlongBackwardArgs;
