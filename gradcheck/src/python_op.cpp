@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,7 +39,10 @@ c10::IValue literal(const json& j, const c10::TypePtr& type, const std::string& 
   if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
   try {
     switch (t->kind()) {
-      case c10::TypeKind::IntType: return j.get<int64_t>();
+      case c10::TypeKind::IntType:
+        // NB: a float (2.5) is refused below, not truncated as json's get<int64_t> would.
+        if (!j.is_number_integer()) break;
+        return j.get<int64_t>();
       case c10::TypeKind::FloatType: return j.get<double>();
       case c10::TypeKind::BoolType: return j.get<bool>();
       case c10::TypeKind::StringType: return j.get<std::string>();
@@ -46,7 +50,12 @@ c10::IValue literal(const json& j, const c10::TypePtr& type, const std::string& 
         return j.is_number_integer() ? c10::IValue(j.get<int64_t>()) : c10::IValue(j.get<double>());
       case c10::TypeKind::ListType: {
         const auto elem = t->castRaw<c10::ListType>()->getElementType()->kind();
-        if (elem == c10::TypeKind::IntType) return j.get<std::vector<int64_t>>();
+        if (elem == c10::TypeKind::IntType) {
+          if (!j.is_array() ||
+              !std::all_of(j.begin(), j.end(), [](const json& e) { return e.is_number_integer(); }))
+            break;
+          return j.get<std::vector<int64_t>>();
+        }
         if (elem == c10::TypeKind::FloatType) return j.get<std::vector<double>>();
         if (elem == c10::TypeKind::BoolType) {
           c10::List<bool> list;

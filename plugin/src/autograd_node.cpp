@@ -27,6 +27,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/autograd/variable_info.h>
 #include <torch/csrc/dynamo/compiled_autograd.h>
 
@@ -270,6 +271,32 @@ struct AutogradNode final : Node {
   }
 };
 
+namespace {
+
+// A saved tensor that shares memory with an input or output without being it (a.x.t(),
+// out[0], a.x.view(-1)) is no tracked view: save_for_backward runs below ADInplaceOrView, so
+// it has a version counter of its own, and an in-place write to the input or output before
+// backward would go unseen (backward would read the new values). It takes the counter of the
+// tensor it aliases, so SavedVariable's check raises then, as it does for a view saved by a
+// torch.autograd.Function. Inference tensors have no counter to share.
+void share_version_with_aliased(const at::Tensor& saved, const std::vector<at::Tensor>& inputs,
+                                const std::vector<at::Tensor>& outputs) {
+  if (!saved.defined() || saved.is_inference() || !saved.has_storage()) return;
+  for (const auto* group : {&inputs, &outputs}) {
+    for (const at::Tensor& t : *group) {
+      if (!t.defined() || t.is_inference() || !t.has_storage()) continue;
+      if (t.is_same(saved)) return;  // the tensor itself: its own counter is the right one
+      if (t.is_alias_of(saved)) {
+        torch::autograd::impl::set_version_counter(saved,
+                                                   torch::autograd::impl::version_counter(t));
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 namespace detail {
 bool is_op_backward_node(const torch::autograd::Node& node) {
   return dynamic_cast<const AutogradNode*>(&node) != nullptr;
@@ -394,6 +421,7 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
   for (const auto& t : to_save) {
     // SavedRounding (a low-precision gradcheck's model run): a rounded copy, no output.
     const at::Tensor kept = round_if_saved_rounding(t);
+    share_version_with_aliased(kept, inputs, outputs);
     const bool is_output = kept.defined() && kept.grad_fn().get() == node_ptr.get();
     node.saved.emplace_back(kept, is_output);
     node.saved_is_output.push_back(is_output);

@@ -301,6 +301,7 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
     // A `-> ()` op (it only writes its arguments) has nothing to compute on meta tensors: its
     // fake kernel is trivial unless it registers one to check its arguments.
     if (!detail::ArgsCheckedScope::checked(stack)) check_tensor_args_defined(name_, args_, *stack);
+    kernel_arg_storages(device, *stack);  // refuses meta mixed with real tensors
     check_written_args(device, *stack);
     torch::jit::drop(*stack, args_.size());
     return;
@@ -320,8 +321,12 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
         ", kernel) (customop/op.h) before calling the op on ", device_name(device), " tensors");
   }
   if (!detail::ArgsCheckedScope::checked(stack)) check_tensor_args_defined(name_, args_, *stack);
+  // The arguments' storages, for the alias check of the outputs (and, for Meta, no real tensor
+  // among meta ones): op_kernel_returns.cpp.
+  const detail::ArgStorages arg_storages = kernel_arg_storages(device, *stack);
   if (mutates_) check_written_args(device, *stack);
   entry->fn(stack);
+  if (!returns_.empty()) check_kernel_returns(device, *entry, arg_storages, *stack);
 }
 
 }  // namespace customop

@@ -433,6 +433,12 @@ def test_check_samples_name_self_and_refuse_a_missing_list():
         gc.check("aten::add.Tensor", (a, b))
     with pytest.raises(ValueError, match="argument 'min': a non-finite float"):
         gc.check("aten::clamp", [(a, float("-inf"), 0.5)])
+    # A float for an int argument is refused by name, never truncated (2.5 -> 2).
+    with pytest.raises(ValueError, match=r"argument 'dim': expected a value of type int, got 1.5"):
+        gc.check("aten::cumsum", [(a, 1.5)])
+    with pytest.raises(ValueError, match=r"argument 'dim': expected a value of type int\[\]\?, got \[0.5\]"):
+        gc.check("aten::sum.dim_IntList", [(a, [0.5])])
+    assert gc.check("aten::cumsum", [(a, 1)])[0]["passed"]
 
 
 def test_check_refuses_meta_samples_by_name_and_runs_under_inference_mode():

@@ -213,6 +213,58 @@ TEST(SavedState, InPlaceChangeOfASavedNonLeafInputIsCaughtInBackward) {
               HasSubstr("modified by an inplace operation"));
 }
 
+// A view saved in place of the tensor (x.t() of an input, out.flatten() of an output) is
+// checked too: an in-place write to the input or output before backward raises, where the
+// view would otherwise hand backward the new values (as a torch.autograd.Function's check
+// does for a view it saves).
+struct ViewsSaved {
+  at::Tensor x_t;
+  at::Tensor out_flat;
+};
+
+customop::Op<ScaleArgs>& views_op() {
+  static auto& op = []() -> customop::Op<ScaleArgs>& {
+    auto& o =
+        customop::define<ScaleArgs>("core_saved::square_views(Tensor x, float alpha) -> Tensor");
+    o.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.x * a.alpha; });
+    o.impl_save_for_backward([](const ScaleArgs& a, const at::Tensor& out) {
+      return ViewsSaved{a.x.t(), out.flatten()};
+    });
+    o.impl_backward([](const ViewsSaved& s, const at::Tensor& g) {
+      return customop::Grads{{"x", 2 * s.x_t.t() * g + 0 * s.out_flat.view_as(g)}};
+    });
+    return o;
+  }();
+  return op;
+}
+
+TEST(SavedState, InPlaceChangeBehindASavedViewIsCaughtInBackward) {
+  auto& op = views_op();
+  {
+    const auto x = at::randn({2, 3}, at::kDouble).requires_grad_();
+    auto h = x * 1;
+    const auto y = op(ScaleArgs{h, 1.0});
+    h.mul_(0);  // the saved x_t now reads zeros
+    EXPECT_THAT(error_message([&] { y.sum().backward(); }),
+                HasSubstr("modified by an inplace operation"));
+  }
+  {
+    const auto x = at::randn({2, 3}, at::kDouble).requires_grad_();
+    const auto y = op(ScaleArgs{x, 1.0});
+    auto z = y * 1;  // y itself is not written: its own grad_fn would refuse y.mul_ anyway
+    {
+      at::NoGradGuard no_grad;
+      y.mul_(0);
+    }
+    EXPECT_THAT(error_message([&] { z.sum().backward(); }),
+                HasSubstr("modified by an inplace operation"));
+  }
+  // Untouched, the views give the right grad.
+  const auto x = at::randn({2, 3}, at::kDouble).requires_grad_();
+  op(ScaleArgs{x * 1, 1.0}).sum().backward();
+  EXPECT_TRUE(at::allclose(x.grad(), 2 * x.detach()));
+}
+
 TEST(SavedState, InPlaceChangeOfAnUnsavedInputIsFine) {
   auto& op =
       customop::define<ScaleArgs>("core_saved::scale_unsaved(Tensor x, float alpha) -> Tensor");

@@ -646,7 +646,7 @@ TEST(Schema, OneTwoAndThreeReturnsAccepted) {
   };
   auto& one = customop::define<Args, std::vector<at::Tensor>>(
       "core_schema::s8_one(Tensor x, int n) -> Tensor[]");
-  one.impl(c10::DeviceType::CPU, [](const Args& a) { return a.x.chunk(a.n); });
+  one.impl(c10::DeviceType::CPU, [](const Args& a) { return a.x.clone().chunk(a.n); });
   auto& two = customop::define<Args, std::tuple<double, bool>>(
       "core_schema::s8_two(Tensor x, int n) -> (float, bool)");
   two.impl(c10::DeviceType::CPU, [](const Args& a) {
@@ -655,7 +655,8 @@ TEST(Schema, OneTwoAndThreeReturnsAccepted) {
   auto& three = customop::define<Args, std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t>>(
       "core_schema::s8_three(Tensor x, int n) -> (Tensor a, Tensor[] b, int c)");
   three.impl(c10::DeviceType::CPU, [](const Args& a) {
-    return std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t>{a.x + 1, {a.x, a.x * 2}, a.n};
+    return std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t>{
+        a.x + 1, {a.x.clone(), a.x * 2}, a.n};
   });
   const auto x = at::arange(6, at::kDouble);
   const auto parts = one(Args{x, 3});

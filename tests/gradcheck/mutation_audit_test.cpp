@@ -80,13 +80,33 @@ TEST(MutationAudit, CorrectTwinPassesTheAudit) {
                                   "written: none"));
 }
 
+// A plain TORCH_LIBRARY op whose output is a view of its input: the audit names it. (A
+// customop op cannot get that far: its kernel's return is refused by the core, and the
+// harness reports that error.)
+at::Tensor plain_returns_view(const at::Tensor& x) { return x.view({-1}); }
+
 TEST(MutationAudit, OutputAliasingItsInputFails) {
-  const auto& op = define_unary("gc_mut::returns_input(Tensor x) -> Tensor", false, true);
+  static torch::Library lib(torch::Library::DEF, "gc_mut_alias", std::nullopt, __FILE__, __LINE__);
+  static torch::Library impl(torch::Library::IMPL, "gc_mut_alias", c10::DispatchKey::CPU, __FILE__,
+                             __LINE__);
+  static const bool once = [] {
+    lib.def("returns_view(Tensor x) -> Tensor");
+    impl.impl("returns_view", &plain_returns_view);
+    return true;
+  }();
+  (void)once;
+  const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("gc_mut_alias::returns_view", "");
   gc::GradcheckOptions o = report_only();
   o.check_mutation = true;
-  const auto r = gc::gradcheck(op, leaf_sample(), o);
+  const auto r = gc::gradcheck(h, leaf_sample(), o);
   EXPECT_THAT(messages(r),
               HasSubstr("undeclared alias: output 0 shares storage with argument 'x'"));
+
+  const auto& op = define_unary("gc_mut::returns_input(Tensor x) -> Tensor", false, true);
+  const auto refused = gc::gradcheck(op, leaf_sample(), o);
+  EXPECT_FALSE(refused.passed);
+  EXPECT_THAT(refused.message(), HasSubstr("gc_mut::returns_input: the CPU kernel at"));
+  EXPECT_THAT(refused.message(), HasSubstr("returned output 0 sharing memory with argument 'x'"));
 }
 
 TEST(MutationAudit, AuditCanBeTurnedOff) {

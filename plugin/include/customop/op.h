@@ -100,21 +100,29 @@ class Op final : public OpCore {
   using OpCore::samples;  // samples(device, dtype), next to the registering samples(fn)
 
   /// Registers `kernel` for `device` (c10::DeviceType::CPU or CUDA). `kernel` is callable as
-  /// `Ret(const Args&)`; it sees tensors of that device only.
+  /// `Ret(const Args&)`; a CPU kernel sees CPU tensors only, a CUDA kernel CUDA tensors and
+  /// any CPU tensor the caller passed with them (ATen's rule for CPU scalars and index
+  /// tensors: check a CPU argument's device before reading its data on the GPU).
   /// Throws c10::Error if `device` already has an impl (naming the first one's file:line).
   /// The kernel runs below autograd: its inputs do not require grad, and a Tensor argument is
   /// never undefined there (the glue refuses None for Tensor with c10::TypeError first).
   /// \param device  c10::DeviceType::CPU or c10::DeviceType::CUDA
   /// \param kernel  `Ret kernel(const Args&)`: returns new tensors (no views or aliases of the
-  ///                inputs) on `device`; it writes only its customop::MutableTensor fields
-  ///                (checked before it runs: not expanded, sharing memory with no other
-  ///                argument) and the glue bumps their version counters after it returns
+  ///                inputs) on `device` (a CUDA kernel may also return CPU tensors), checked
+  ///                after each call: an undefined output, one on another device or one that
+  ///                shares memory with an argument is a c10::Error naming the op, the kernel,
+  ///                the output and the argument. It writes only its customop::MutableTensor
+  ///                fields (checked before it runs: not expanded, sharing memory with no other
+  ///                argument) and the glue bumps their version counters after it returns.
+  ///                An op with a shape function takes the form kernel(const Args&, outputs)
+  ///                only: it fills the outputs the shape function states
   /// \param loc     where the registration is made; named in later errors
   /// \returns       *this, for chaining
   /// \throws c10::ValueError naming the op and `loc` when `device` is Meta (use impl_fake) or
   ///         neither CPU nor CUDA; c10::Error when `device` already has an impl, or (a wrapped
-  ///         op) a kernel for it registered outside customop. A kernel not callable as
-  ///         `Ret(const Args&)` is a compile error.
+  ///         op) a kernel for it registered outside customop, or when an allocating kernel
+  ///         (`Ret(const Args&)`, Ret not void) meets a shape function (naming both places). A
+  ///         kernel not callable as `Ret(const Args&)` is a compile error.
   /// Example:
   ///   op.impl(c10::DeviceType::CPU, [](const ScaleArgs& a) { return a.x * a.alpha; });
   template <class F>
@@ -168,6 +176,8 @@ class Op final : public OpCore {
             },
             loc);
       } else {
+        // Outputs come from the shape function or from allocating kernels, not both.
+        if constexpr (kHasOutKernelForm) note_allocating_kernel(device, loc);
         set_kernel(
             device,
             [kernel = std::move(kernel)](torch::jit::Stack* stack) mutable {
@@ -196,8 +206,9 @@ class Op final : public OpCore {
   /// \param loc  where it is declared; named in later errors
   /// \returns    *this, for chaining
   /// \throws c10::Error naming the op and both locations when a shape function or a fake
-  ///         kernel is already registered. A wrong signature, or an op with a non-Tensor
-  ///         return, is a compile error.
+  ///         kernel is already registered, or a kernel that allocates its outputs
+  ///         (kernel(const Args&)) is. A wrong signature, or an op with a non-Tensor return, is
+  ///         a compile error.
   /// Example:
   ///   op.shape([](const ScaleArgs& a) { return customop::TensorSpec::like(a.x); })
   ///     .impl(c10::DeviceType::CPU, [](const ScaleArgs& a, const at::Tensor& out) {
@@ -228,6 +239,7 @@ class Op final : public OpCore {
                     "[customop] a shape function is callable as fn(const Args&) and returns a "
                     "customop::TensorSpec per Tensor return (std::tuple<TensorSpec, ...> for "
                     "several)");
+      check_no_allocating_kernel(loc);
       // NB: the function is stored before the fake kernel that calls it is published; a second
       // declaration is refused (by set_fake_kernel) before anything is replaced.
       if (!has_fake_kernel()) {
@@ -989,6 +1001,7 @@ Op<BwdArgs, detail::BackwardOpRet<Args>>& Op<Args, Ret>::define_backward(
   } else {
     impl_save_for_backward(std::move(save), loc);
     auto& bwd = define<BwdArgs, BwdRet>(name() + "_backward", loc);
+    mark_grads_op(bwd);
     register_backward<BwdArgs, Grads>(
         [this, &bwd](const BwdArgs& saved, auto&... output_grads) {
           BwdArgs call = saved;

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace torch {
@@ -123,6 +124,15 @@ struct KernelEntry {
   BoxedKernel fn;
   std::source_location loc;
 };
+
+/// The storage of one tensor argument of a kernel call (op_kernel_returns.cpp): which argument
+/// (its index in the schema) and, for a Tensor[], which element (-1 otherwise).
+struct ArgStorage {
+  const c10::StorageImpl* storage;
+  uint32_t arg;
+  int32_t element;
+};
+using ArgStorages = c10::SmallVector<ArgStorage, 6>;
 
 }  // namespace detail
 
@@ -328,6 +338,17 @@ class OpCore {
   /// Refuses an out kernel (kernel(const Args&, outputs)) for `device` before a shape
   /// function is declared. Throws c10::Error naming the op, `loc` and op.shape.
   void note_out_kernel(c10::DeviceType device, const std::source_location& loc) const;
+  /// An allocating kernel (kernel(const Args&)) of an op that returns tensors: refused when
+  /// the op has a shape function (its outputs would bypass it), else recorded so that a later
+  /// shape function is refused (check_no_allocating_kernel, called by Op::shape before it
+  /// installs anything). Throw c10::Error naming the op, both locations and the out-kernel
+  /// form (op_kernel_returns.cpp).
+  void note_allocating_kernel(c10::DeviceType device, const std::source_location& loc);
+  void check_no_allocating_kernel(const std::source_location& loc) const;
+  /// Marks the op as a backward op (Op::define_backward on the op it differentiates): its
+  /// kernels return grads, where an undefined tensor is None (no grad) and the incoming grad
+  /// itself may be returned, so check_kernel_returns checks only their devices.
+  static void mark_grads_op(OpCore& op) { op.returns_grads_ = true; }
   /// After an out kernel ran: each output must still have the storage, sizes, strides and
   /// offset it was allocated with. Throws c10::Error naming the op, the output, the kernel's
   /// device and location, and both layouts.
@@ -433,6 +454,18 @@ class OpCore {
   void apply_forward_grads(const torch::jit::Stack& args, const torch::jit::Stack& stack);
   friend struct AutogradNode;
   void device_kernel(c10::DeviceType device, torch::jit::Stack* stack) const;
+  /// What a device kernel takes and returns (op_kernel_returns.cpp). kernel_arg_storages: the
+  /// storages of the tensor arguments on top of `stack`, for the alias check after the kernel;
+  /// for the Meta kernel it first refuses a tensor argument that is not a meta tensor (a call
+  /// mixing meta and real tensors reaches the fake kernel, which computes no values).
+  /// check_kernel_returns: every Tensor output (Tensor[] elements too) is defined, on the
+  /// kernel's device (a CUDA kernel may also return CPU tensors; a fake kernel returns meta
+  /// ones), and shares memory with no argument. Throw c10::Error naming the op, the kernel's
+  /// device and location, the output and the argument.
+  detail::ArgStorages kernel_arg_storages(c10::DeviceType device,
+                                          const torch::jit::Stack& stack) const;
+  void check_kernel_returns(c10::DeviceType device, const detail::KernelEntry& entry,
+                            const detail::ArgStorages& args, const torch::jit::Stack& stack) const;
   void install_kernel(c10::DeviceType device, detail::BoxedKernel fn, std::source_location loc);
   void init_from_schema(std::span<const detail::FieldInfo> fields,
                         std::span<const ArgKind> return_kinds);
@@ -508,6 +541,8 @@ class OpCore {
   detail::BoxedKernel reference_;
   std::optional<Sharding> sharding_;
   std::optional<std::source_location> shape_loc_;
+  std::optional<std::pair<c10::DeviceType, std::source_location>> allocating_kernel_;
+  bool returns_grads_ = false;  // mark_grads_op
   std::source_location sharding_loc_;
 };
 

@@ -1,0 +1,149 @@
+// What a device kernel of an op takes and returns, checked around every call (device_kernel in
+// op_dispatch.cpp): a fake (Meta) kernel gets meta tensors only; each Tensor a kernel returns
+// is defined, on the kernel's device and shares memory with no argument; and an op's outputs
+// come either from its shape function or from allocating kernels, never from both.
+//
+// Why: an output that is a view or alias of an input lets a later in-place write change the
+// input with no version bump (a saved input then reads new values: silently wrong grads); an
+// undefined output reaches Python as None where the schema says Tensor; a CPU kernel that
+// returns a meta tensor returns no data; and a call mixing a meta tensor with real ones
+// reaches the fake kernel (Meta dispatches first), which answers with meta tensors computed
+// from nothing.
+
+#include <customop/op_core.h>
+
+#include <c10/core/Storage.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace customop {
+
+namespace {
+
+const char* kernel_kind(c10::DeviceType device) {
+  switch (device) {
+    case c10::DeviceType::CPU: return "CPU kernel";
+    case c10::DeviceType::CUDA: return "CUDA kernel";
+    case c10::DeviceType::Meta: return "fake (Meta) kernel";
+    default: return "kernel";
+  }
+}
+
+std::string element_text(int32_t element) {
+  return element < 0 ? std::string() : "[" + std::to_string(element) + "]";
+}
+
+}  // namespace
+
+detail::ArgStorages OpCore::kernel_arg_storages(c10::DeviceType device,
+                                                const torch::jit::Stack& stack) const {
+  detail::ArgStorages out;
+  const size_t n = args_.size();
+  const bool meta = device == c10::DeviceType::Meta;
+  // A Meta call: the first argument that is not a meta tensor (its device), and the first that
+  // is; named only for the error.
+  std::optional<c10::Device> real_device;
+  std::optional<std::pair<uint32_t, int32_t>> real_at, fake_at;
+  const auto note = [&](const at::Tensor& t, uint32_t arg, int32_t element) {
+    if (!t.defined()) return;
+    if (meta) {
+      if (!t.is_meta() && !real_at) {
+        real_device = t.device();
+        real_at.emplace(arg, element);
+      } else if (t.is_meta() && !fake_at) {
+        fake_at.emplace(arg, element);
+      }
+    }
+    if (t.has_storage()) out.push_back({t.storage().unsafeGetStorageImpl(), arg, element});
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = stack[stack.size() - n + i];
+    if (v.isTensor()) {
+      note(v.toTensor(), static_cast<uint32_t>(i), -1);
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        note(list.get(k), static_cast<uint32_t>(i), static_cast<int32_t>(k));
+      }
+    }
+  }
+  TORCH_CHECK(!real_at || !fake_at, name_, ": argument '", args_[real_at->first].name,
+              element_text(real_at->second), "' is a ", *real_device, " tensor but '",
+              args_[fake_at->first].name, element_text(fake_at->second),
+              "' is a meta tensor; a call with a meta tensor runs the fake kernel, which computes "
+              "no values: put every tensor argument on one device");
+  return out;
+}
+
+void OpCore::check_kernel_returns(c10::DeviceType device, const detail::KernelEntry& entry,
+                                  const detail::ArgStorages& args,
+                                  const torch::jit::Stack& stack) const {
+  const size_t num_returns = returns_.size();
+  const auto check = [&](const at::Tensor& t, size_t r, int32_t element) {
+    const std::string which = "output " + std::to_string(r) + element_text(element);
+    if (returns_grads_ && !t.defined()) return;  // a backward op's None grad
+    TORCH_CHECK(t.defined(), name_, ": the ", kernel_kind(device), " at ",
+                format_location(entry.loc), " returned an undefined tensor as ", which,
+                "; return a tensor (an op that returns nothing declares `-> ()`)");
+    const c10::DeviceType got = t.device().type();
+    const bool device_ok =
+        got == device || (device == c10::DeviceType::CUDA && got == c10::DeviceType::CPU);
+    TORCH_CHECK(device_ok, name_, ": the ", kernel_kind(device), " at ", format_location(entry.loc),
+                " returned ", which, " on ", t.device(),
+                device == c10::DeviceType::Meta
+                    ? "; a fake kernel returns meta tensors: allocate with an input's options, "
+                      "e.g. at::empty_symint(a.x.sym_sizes(), a.x.options())"
+                    : std::string("; a ") + c10::DeviceTypeName(device) +
+                          " kernel returns tensors on its own device");
+    if (returns_grads_ || !t.has_storage()) return;  // a grad may be the incoming grad itself
+    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    for (const auto& a : args) {
+      if (a.storage != storage) continue;
+      const std::string& arg = args_[a.arg].name;
+      TORCH_CHECK(false, name_, ": the ", kernel_kind(device), " at ", format_location(entry.loc),
+                  " returned ", which, " sharing memory with argument '", arg,
+                  element_text(a.element),
+                  "' (the tensor itself, a view or an alias of it); a functional op's returns "
+                  "must be new tensors (return a copy, e.g. ",
+                  arg, ".clone())");
+    }
+  };
+  for (size_t r = 0; r < num_returns; ++r) {
+    const c10::IValue& v = stack[stack.size() - num_returns + r];
+    if (v.isTensor()) {
+      check(v.toTensor(), r, -1);
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) check(list.get(k), r, static_cast<int32_t>(k));
+    } else if (v.isNone() && returns_[r] == ArgKind::kTensor && !returns_grads_) {
+      TORCH_CHECK(false, name_, ": the ", kernel_kind(device), " at ", format_location(entry.loc),
+                  " returned an undefined tensor as output ", r,
+                  "; return a tensor (an op that returns nothing declares `-> ()`)");
+    }
+  }
+}
+
+void OpCore::note_allocating_kernel(c10::DeviceType device, const std::source_location& loc) {
+  TORCH_CHECK(!has_shape(), name_, ": the ", c10::DeviceTypeName(device), " kernel at ",
+              format_location(loc),
+              " allocates its outputs (kernel(const Args&)), but the op has a shape function "
+              "(declared at ",
+              format_location(*shape_loc_),
+              ") that allocates them: write the kernel as kernel(const Args&, outputs), which "
+              "fills the outputs the shape function states (customop/op.h)");
+  if (!allocating_kernel_) allocating_kernel_.emplace(device, loc);
+}
+
+void OpCore::check_no_allocating_kernel(const std::source_location& loc) const {
+  TORCH_CHECK(!allocating_kernel_, name_, ": the shape function at ", format_location(loc),
+              " comes after the ", c10::DeviceTypeName(allocating_kernel_->first), " kernel at ",
+              format_location(allocating_kernel_->second),
+              ", which allocates its outputs (kernel(const Args&)); an op with a shape function "
+              "takes kernels that fill the outputs it states: declare op.shape(fn) first and "
+              "write kernel(const Args&, outputs) (customop/op.h)");
+}
+
+}  // namespace customop
