@@ -454,3 +454,15 @@ def test_check_refuses_meta_samples_by_name_and_runs_under_inference_mode():
         assert torch.is_inference_mode_enabled()
     assert reports[0]["passed"], gc.format_failure(reports[0])
     assert x.is_inference() and x.grad is None
+
+
+def test_a_check_run_in_python_leaves_one_note_not_the_cpp_sides_off_note():
+    # check_transforms runs in Python; the C++ harness, which gets it turned off, must not add
+    # "transforms: not checked (check_transforms off)" next to the Python result.
+    a = leaf(2, 3)
+    report = gc.check("aten::sin", [(a,)], check_compiled=False)[0]
+    transforms = [n for n in report["notes"] if n.startswith("transforms:")]
+    assert len(transforms) == 1 and "check_transforms off" not in transforms[0], transforms
+    # Turned off by the caller, the note says so.
+    off = gc.check("aten::sin", [(a,)], check_compiled=False, check_transforms=False)[0]
+    assert "transforms: not checked (check_transforms off)" in off["notes"]
