@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -80,22 +82,29 @@ TEST(MutationAudit, CorrectTwinPassesTheAudit) {
                                   "written: none"));
 }
 
+// A plain torch::Library op (not customop's), `ns::name(Tensor x) -> Tensor`, with `fn` as its
+// CPU kernel; defined on the first call.
+c10::OperatorHandle plain_op(const std::string& ns, const std::string& name,
+                             at::Tensor (*fn)(const at::Tensor&)) {
+  const std::string qualified = ns + "::" + name;
+  if (auto h = c10::Dispatcher::singleton().findSchema({qualified, ""})) return *h;
+  static std::vector<std::unique_ptr<torch::Library>> libs;
+  libs.push_back(
+      std::make_unique<torch::Library>(torch::Library::DEF, ns, std::nullopt, __FILE__, __LINE__));
+  libs.back()->def((name + "(Tensor x) -> Tensor").c_str());
+  libs.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::CPU,
+                                                  __FILE__, __LINE__));
+  libs.back()->impl(name.c_str(), fn);
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), "");
+}
+
 // A plain TORCH_LIBRARY op whose output is a view of its input: the audit names it. (A
 // customop op cannot get that far: its kernel's return is refused by the core, and the
 // harness reports that error.)
 at::Tensor plain_returns_view(const at::Tensor& x) { return x.view({-1}); }
 
 TEST(MutationAudit, OutputAliasingItsInputFails) {
-  static torch::Library lib(torch::Library::DEF, "gc_mut_alias", std::nullopt, __FILE__, __LINE__);
-  static torch::Library impl(torch::Library::IMPL, "gc_mut_alias", c10::DispatchKey::CPU, __FILE__,
-                             __LINE__);
-  static const bool once = [] {
-    lib.def("returns_view(Tensor x) -> Tensor");
-    impl.impl("returns_view", &plain_returns_view);
-    return true;
-  }();
-  (void)once;
-  const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("gc_mut_alias::returns_view", "");
+  const auto h = plain_op("gc_mut_alias", "returns_view", &plain_returns_view);
   gc::GradcheckOptions o = report_only();
   o.check_mutation = true;
   const auto r = gc::gradcheck(h, leaf_sample(), o);
@@ -126,16 +135,7 @@ at::Tensor plain_writes(const at::Tensor& x) {
 }
 
 TEST(MutationAudit, WorksOnAnyDispatcherOp) {
-  static torch::Library lib(torch::Library::DEF, "gc_mut_plain", std::nullopt, __FILE__, __LINE__);
-  static torch::Library impl(torch::Library::IMPL, "gc_mut_plain", c10::DispatchKey::CPU, __FILE__,
-                             __LINE__);
-  static const bool once = [] {
-    lib.def("writes(Tensor x) -> Tensor");
-    impl.impl("writes", &plain_writes);
-    return true;
-  }();
-  (void)once;
-  const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("gc_mut_plain::writes", "");
+  const auto h = plain_op("gc_mut_plain", "writes", &plain_writes);
   gc::GradcheckOptions o = report_only();
   const auto r = gc::gradcheck(h, {at::tensor({1.0, 2.0}, at::kDouble).requires_grad_()}, o);
   EXPECT_THAT(messages(r),
