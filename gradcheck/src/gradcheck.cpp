@@ -13,6 +13,7 @@
 #include "detail/input_subsets.h"
 #include "detail/layout_variants.h"
 #include "detail/low_precision.h"
+#include "detail/nonfinite_outputs.h"
 #include "detail/op_checks.h"
 #include "detail/singular_points.h"
 
@@ -299,6 +300,7 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
   }
 
   detail::move_off_singular_points(f, point, options, r);
+  detail::report_nonfinite_outputs(c, r);
   if (options.check_layout_variants) {
     const detail::Function fl = detail::make_op_function(fn, args, slots, &r.layout_counts);
     // The Jacobian check alone, at a point with one input in another layout (for ops whose

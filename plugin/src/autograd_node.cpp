@@ -21,6 +21,8 @@
 #include <customop/op_core.h>
 #include <customop/saved_rounding.h>
 
+#include "op_core_internal.h"
+
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
@@ -144,7 +146,12 @@ struct AutogradNode final : Node {
     }
     std::vector<at::Tensor> flat;
     flat.reserve(num_outputs());
-    op->backward_boxed(*state, saved_tensors, grads, flat);
+    try {
+      op->backward_boxed(*state, saved_tensors, grads, flat);
+    } catch (...) {
+      detail::rethrow_naming_op(op->name(), "backward",
+                                op->backward_loc_ ? &*op->backward_loc_ : nullptr);
+    }
     check_grads_match_inputs(flat);
     TORCH_INTERNAL_ASSERT(flat.size() == num_outputs(), op->name(), ": the backward gave ",
                           flat.size(), " grads for ", num_outputs(), " inputs");
@@ -305,6 +312,15 @@ bool is_op_backward_node(const torch::autograd::Node& node) {
 
 void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
                           const torch::jit::Stack* fw_args) {
+  // save_for_backward, with an exception it throws naming the op (op_user_errors.cpp).
+  const auto save_naming_op = [this](torch::jit::Stack& args, const torch::jit::Stack& outputs,
+                                     std::vector<at::Tensor>& to_save) {
+    try {
+      return save_boxed(args, outputs, to_save);
+    } catch (...) {
+      detail::rethrow_naming_op(name_, "save_for_backward", save_loc_ ? &*save_loc_ : nullptr);
+    }
+  };
   const std::size_t n = args_.size();
   // The node's inputs: every tensor of the args, in schema order.
   // NB: a Tensor? that is None is no input (an undefined tensor there is refused); the grads
@@ -339,7 +355,7 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
       const torch::jit::Stack outputs(stack->end() - static_cast<std::ptrdiff_t>(num_returns),
                                       stack->end());
       std::vector<at::Tensor> to_save;
-      save_boxed(args, outputs, to_save);
+      save_naming_op(args, outputs, to_save);
       std::vector<at::Tensor> non_differentiable;
       non_differentiable_outputs(outputs, non_differentiable);
     }
@@ -369,7 +385,7 @@ void OpCore::run_autograd(c10::DispatchKeySet ks, torch::jit::Stack* stack,
     handle_->redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
     torch::jit::Stack outputs(stack->end() - static_cast<std::ptrdiff_t>(num_returns),
                               stack->end());
-    node.state = save_boxed(args, outputs, to_save);
+    node.state = save_naming_op(args, outputs, to_save);
   }
   node.state->info = std::move(info);
   node.state->op = this;

@@ -83,7 +83,11 @@ void OpCore::apply_forward_grads(const torch::jit::Stack& args, const torch::jit
   const torch::jit::Stack outputs(stack.end() - static_cast<std::ptrdiff_t>(num_returns),
                                   stack.end());
   torch::jit::Stack result;
-  jvp_boxed(primals, tangents, outputs, result);
+  try {
+    jvp_boxed(primals, tangents, outputs, result);
+  } catch (...) {
+    detail::rethrow_naming_op(name_, "JVP", jvp_loc_ ? &*jvp_loc_ : nullptr);
+  }
   TORCH_INTERNAL_ASSERT(result.size() == num_returns);
   for (std::size_t r = 0; r < num_returns; ++r) {
     auto set = [&](const at::Tensor& out, const at::Tensor& tangent, const std::string& what) {

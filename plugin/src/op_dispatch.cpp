@@ -325,7 +325,11 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
   // among meta ones): op_kernel_returns.cpp.
   const detail::ArgStorages arg_storages = kernel_arg_storages(device, *stack);
   if (mutates_) check_written_args(device, *stack);
-  entry->fn(stack);
+  try {
+    entry->fn(stack);
+  } catch (...) {
+    detail::rethrow_naming_op(name_, detail::kernel_role(device), &entry->loc);
+  }
   if (!returns_.empty()) check_kernel_returns(device, *entry, arg_storages, *stack);
 }
 

@@ -176,7 +176,11 @@ bool OpCore::write_inplace_directly(const at::Tensor& self, torch::jit::Stack* s
   }
   TensorSpec spec;
   try {
-    spec = result_spec_(*stack);  // runs the op's checks (its shape function)
+    try {
+      spec = result_spec_(*stack);  // runs the op's checks (its shape function)
+    } catch (...) {
+      detail::rethrow_naming_op(name_, "shape function", shape_loc_ ? &*shape_loc_ : nullptr);
+    }
   } catch (c10::Error& e) {
     add_variant_context(e, name_ + "_", name_, args_[0].name);
     throw;

@@ -1,7 +1,9 @@
 // What a device kernel of an op takes and returns, checked around every call (device_kernel in
 // op_dispatch.cpp): a fake (Meta) kernel gets meta tensors only; each Tensor a kernel returns
-// is defined, on the kernel's device and shares memory with no argument; and an op's outputs
-// come either from its shape function or from allocating kernels, never from both.
+// is defined, on the kernel's device, shares memory with no argument and overlaps no other
+// output;
+// and an op's outputs come either from its shape function or from allocating kernels, never
+// from both.
 //
 // Why: an output that is a view or alias of an input lets a later in-place write change the
 // input with no version bump (a saved input then reads new values: silently wrong grads); an
@@ -10,8 +12,9 @@
 // reaches the fake kernel (Meta dispatches first), which answers with meta tensors computed
 // from nothing.
 
-#include <customop/op_core.h>
+#include "op_core_internal.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
@@ -23,7 +26,13 @@ namespace customop {
 
 namespace {
 
-const char* kernel_kind(c10::DeviceType device) {
+std::string element_text(int32_t element) {
+  return element < 0 ? std::string() : "[" + std::to_string(element) + "]";
+}
+
+}  // namespace
+
+const char* detail::kernel_role(c10::DeviceType device) {
   switch (device) {
     case c10::DeviceType::CPU: return "CPU kernel";
     case c10::DeviceType::CUDA: return "CUDA kernel";
@@ -31,12 +40,6 @@ const char* kernel_kind(c10::DeviceType device) {
     default: return "kernel";
   }
 }
-
-std::string element_text(int32_t element) {
-  return element < 0 ? std::string() : "[" + std::to_string(element) + "]";
-}
-
-}  // namespace
 
 detail::ArgStorages OpCore::kernel_arg_storages(c10::DeviceType device,
                                                 const torch::jit::Stack& stack) const {
@@ -82,17 +85,19 @@ void OpCore::check_kernel_returns(c10::DeviceType device, const detail::KernelEn
                                   const detail::ArgStorages& args,
                                   const torch::jit::Stack& stack) const {
   const size_t num_returns = returns_.size();
+  // The outputs so far, for the check that no two outputs overlap in memory.
+  c10::SmallVector<std::pair<at::Tensor, std::string>, 4> outputs;
   const auto check = [&](const at::Tensor& t, size_t r, int32_t element) {
     const std::string which = "output " + std::to_string(r) + element_text(element);
     if (returns_grads_ && !t.defined()) return;  // a backward op's None grad
-    TORCH_CHECK(t.defined(), name_, ": the ", kernel_kind(device), " at ",
+    TORCH_CHECK(t.defined(), name_, ": the ", detail::kernel_role(device), " at ",
                 format_location(entry.loc), " returned an undefined tensor as ", which,
                 "; return a tensor (an op that returns nothing declares `-> ()`)");
     const c10::DeviceType got = t.device().type();
     const bool device_ok =
         got == device || (device == c10::DeviceType::CUDA && got == c10::DeviceType::CPU);
-    TORCH_CHECK(device_ok, name_, ": the ", kernel_kind(device), " at ", format_location(entry.loc),
-                " returned ", which, " on ", t.device(),
+    TORCH_CHECK(device_ok, name_, ": the ", detail::kernel_role(device), " at ",
+                format_location(entry.loc), " returned ", which, " on ", t.device(),
                 device == c10::DeviceType::Meta
                     ? "; a fake kernel returns meta tensors: allocate with an input's options, "
                       "e.g. at::empty_symint(a.x.sym_sizes(), a.x.options())"
@@ -103,13 +108,25 @@ void OpCore::check_kernel_returns(c10::DeviceType device, const detail::KernelEn
     for (const auto& a : args) {
       if (a.storage != storage) continue;
       const std::string& arg = args_[a.arg].name;
-      TORCH_CHECK(false, name_, ": the ", kernel_kind(device), " at ", format_location(entry.loc),
-                  " returned ", which, " sharing memory with argument '", arg,
-                  element_text(a.element),
+      TORCH_CHECK(false, name_, ": the ", detail::kernel_role(device), " at ",
+                  format_location(entry.loc), " returned ", which,
+                  " sharing memory with argument '", arg, element_text(a.element),
                   "' (the tensor itself, a view or an alias of it); a functional op's returns "
                   "must be new tensors (return a copy, e.g. ",
                   arg, ".clone())");
     }
+    // NB: autograd sees two outputs as independent tensors: where their memory overlaps, an
+    // in-place write to one silently changes the other. Disjoint parts of one buffer
+    // (`y.chunk(n)`) are fine.
+    for (const auto& [other_tensor, other] : outputs) {
+      const at::MemOverlapStatus overlap = at::get_overlap_status(t, other_tensor);
+      TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial,
+                  name_, ": the ", detail::kernel_role(device), " at ", format_location(entry.loc),
+                  " returned ", which, " sharing memory with ", other,
+                  " (the same tensor, a view or an alias of it); each output must be a tensor of "
+                  "its own (return a copy of one of them, e.g. with .clone())");
+    }
+    if (num_returns > 1 || element >= 0) outputs.emplace_back(t, which);
   };
   for (size_t r = 0; r < num_returns; ++r) {
     const c10::IValue& v = stack[stack.size() - num_returns + r];
@@ -119,8 +136,8 @@ void OpCore::check_kernel_returns(c10::DeviceType device, const detail::KernelEn
       const auto list = v.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) check(list.get(k), r, static_cast<int32_t>(k));
     } else if (v.isNone() && returns_[r] == ArgKind::kTensor && !returns_grads_) {
-      TORCH_CHECK(false, name_, ": the ", kernel_kind(device), " at ", format_location(entry.loc),
-                  " returned an undefined tensor as output ", r,
+      TORCH_CHECK(false, name_, ": the ", detail::kernel_role(device), " at ",
+                  format_location(entry.loc), " returned an undefined tensor as output ", r,
                   "; return a tensor (an op that returns nothing declares `-> ()`)");
     }
   }

@@ -11,7 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.autograd.gradcheck import GradcheckError
 
-from . import _batched_grad_check, _callable, _forward_ad_check, _harness
+from . import _batched_grad_check, _callable, _errors, _forward_ad_check, _harness
 
 
 class UnreliableDifferencesWarning(UserWarning):
@@ -90,10 +90,12 @@ def _refuse_unjudgeable(caller: str, name: str, inputs, outputs) -> None:
 
 
 def _forward_error_report(name: str, error: BaseException) -> dict:
+    where = _errors.raised_at(error)
     return {"op": name, "label": "", "passed": False, "_raised": [error], "failures": [{
         "check": "forward_error", "second_order": False, "output": -1, "input": -1,
         "headline": "the function raised an error",
-        "detail": f"  {name} raised: {type(error).__name__}: {error}"}]}
+        "detail": f"  {name} raised: {type(error).__name__}: {error}"
+                  f"{' (' + where + ')' if where else ''}"}]}
 
 
 def _warn_unreliable(report: dict) -> None:

@@ -12,7 +12,13 @@ def describe(error: BaseException) -> str:
     from . import _harness
 
     _harness.record(error)
+    where = raised_at(error)
+    return f"{type(error).__name__}{', ' + where if where else ''}"
+
+
+def raised_at(error: BaseException) -> str:
+    """"raised at /path/ops.py:42 in backward": the innermost frame of `error`'s traceback, or
+    "" when it has none."""
     frames = traceback.extract_tb(error.__traceback__)
-    where = f", raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" \
+    return f"raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" \
         if frames else ""
-    return f"{type(error).__name__}{where}"

@@ -128,6 +128,47 @@ def _cast(value, dtype):
     return value
 
 
+def _cast_sample(name: str, i: int, args: list, names, dtype) -> list:
+    """The sample's floating tensors cast to dtype (_cast). ValueError naming the op, sample,
+    argument and element where the cast would change what is checked: a finite value that is
+    not finite in dtype (1e6 in float16: inf, then every check blames the backward), and an
+    input that requires grad with a stride-0 dimension (the cast copies it into one of its own
+    per element, so the expanded layout the float64 run refuses would go unchecked)."""
+    def arg_name(k: int, element: int | None) -> str:
+        base = names[k] if names is not None and k < len(names) else f"argument {k}"
+        return base if element is None else f"{base}[{element}]"
+
+    def refuse(t: torch.Tensor, where: str) -> None:
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+            return
+        if t.requires_grad and any(st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape)):
+            raise ValueError(
+                f"customop.gradcheck.check({name}): sample {i}, argument '{where}' has a dimension with stride 0 (sizes "
+                f"{list(t.shape)}, strides {list(t.stride())}, e.g. from expand()); gradcheck "
+                f"perturbs one element at a time and needs inputs whose elements do not share "
+                f"memory: pass {where}.contiguous() (or .clone()) instead")
+        if t.device.type == "meta" or t.numel() == 0:
+            return
+        cast = t.detach().to(dtype)
+        lost = torch.isfinite(t.detach()) & ~torch.isfinite(cast)
+        if bool(lost.any()):
+            index = [int(v) for v in torch.nonzero(lost)[0]]
+            value = float(t.detach()[tuple(index)])
+            raise ValueError(
+                f"customop.gradcheck.check({name}): sample {i}, argument '{where}' element {index} = {value:g} is outside "
+                f"{dtype}'s range (largest finite value {torch.finfo(dtype).max:g}): the cast "
+                f"for dtype={dtype} would make it infinite; choose sample values inside the "
+                f"dtype's range")
+
+    for k, a in enumerate(args):
+        if isinstance(a, (list, tuple)):
+            for e, t in enumerate(a):
+                refuse(t, arg_name(k, e))
+        else:
+            refuse(a, arg_name(k, None))
+    return [_cast(a, dtype) for a in args]
+
+
 def check(op, samples: Sequence[Any], **options) -> list[dict]:
     """Gradchecks `op` on each sample and returns one report (a dict, as the CLI's JSON) per
     sample, in order; report["passed"] is the verdict. Never raises for a failed check, nor for
@@ -172,7 +213,8 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         float64) on a 2-rank mesh (check_sharding); each report gets a "sharding" entry, and a
         wrong rule fails the report with a "sharding" failure naming the placements.
     Raises ValueError naming the op and the argument when a sample does not fit the schema, holds
-    a meta tensor, or an option is unknown; TypeError for a sample or value of a kind the
+    a meta tensor, has a value the cast to `dtype` would make infinite or a stride-0 input (with
+    `dtype`), or an option is unknown; TypeError for a sample or value of a kind the
     harness does not take. Under torch.inference_mode() the checks run with it off, on normal
     copies of the sample's inference tensors.
     """
@@ -227,7 +269,7 @@ def _check_samples(name, samples, options, dtype, sharding, py_checks) -> list[d
         if sharding:
             bound.append((opts["label"], args))  # run_cases casts to float64
         if dtype is not None:
-            args = [_cast(a, dtype) for a in args]
+            args = _cast_sample(name, i, args, names, dtype)
         report = run(name, args, opts, names)
         report.pop("_raised", None)
         if py_checks and names is not None:

@@ -466,3 +466,80 @@ def test_a_check_run_in_python_leaves_one_note_not_the_cpp_sides_off_note():
     # Turned off by the caller, the note says so.
     off = gc.check("aten::sin", [(a,)], check_compiled=False, check_transforms=False)[0]
     assert "transforms: not checked (check_transforms off)" in off["notes"]
+
+
+def test_gradcheck_names_the_line_a_forward_error_was_raised_at():
+    def broken(x):
+        raise KeyError("plain function broken")
+
+    with pytest.raises(gc.GradcheckError) as e:
+        gc.gradcheck(broken, (leaf(3),))
+    text = str(e.value)
+    assert "KeyError: 'plain function broken'" in text, text
+    line = inspect.getsourcelines(broken)[1] + 1
+    assert f"raised at {__file__}:{line} in broken" in text, text
+
+
+def test_a_cast_that_makes_a_sample_infinite_is_refused_not_blamed_on_the_backward():
+    # 1e6 is inf in float16: every check would then report NaN grads against the backward.
+    x = leaf(4)
+    c = torch.tensor([1.0, 1e3, 1e6, 2.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"sample 0, argument 'other' element \[2\] = 1e\+06 is "
+                                         r"outside torch.float16's range \(largest finite "
+                                         r"value 65504\)"):
+        gc.check("aten::mul.Tensor", [(x, c)], dtype=torch.float16)
+    # bfloat16 holds it: the same sample is checked.
+    assert gc.check("aten::mul.Tensor", [(x, c)], dtype=torch.bfloat16,
+                    check_compiled=False)[0]["passed"]
+    # A stride-0 input is refused in every dtype, as in float64 (the cast would copy it).
+    expanded = torch.rand(4, dtype=torch.float64).expand(3, 4).requires_grad_()
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        with pytest.raises(ValueError, match="has a dimension with stride 0"):
+            gc.check("aten::sin", [(expanded,)], dtype=dtype)
+
+
+def test_a_tensor_list_output_is_named_one_way_in_a_report():
+    @torch.library.custom_op("customop_callables::sin_and_twice_cos", mutates_args=())
+    def f(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.sin(x), torch.cos(x) * 2]
+
+    f.register_fake(lambda x: [torch.empty_like(x), torch.empty_like(x)])
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx, gs):
+        (x,) = ctx.saved_tensors
+        return gs[0] * torch.cos(x) - gs[1] * torch.sin(x)  # drops the 2 of the second output
+
+    f.register_autograd(backward, setup_context=setup)
+    report = gc.check(f, [(leaf(4),)], check_compiled=False)[0]
+    jac = [fl for fl in report["failures"] if fl["check"] == "jacobian"]
+    assert jac, report["failures"]
+    assert jac[0]["headline"].startswith("Jacobian mismatch for output 0[1] with respect to"), jac
+    assert "d output 0[1][" in jac[0]["detail"], jac[0]["detail"]
+
+
+def test_gradgradcheck_does_not_warn_for_a_block_that_is_exactly_zero():
+    # d(grad_w)/dw of sin(x) * w is exactly zero: no entry there is judged loosely.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gc.UnreliableDifferencesWarning)
+        assert gc.gradgradcheck(lambda a, b: torch.sin(a) * b, (leaf(4), leaf(4, seed=1)))
+    # A block that is not exactly zero but below the differences' noise still warns.
+    with pytest.warns(gc.UnreliableDifferencesWarning, match="may pass"):
+        assert gc.gradcheck(lambda a: (a * 3).float(), (leaf(3),))
+
+
+def test_a_nan_forward_output_is_reported_as_such_not_as_a_jacobian_mismatch():
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    ok, report = gc.check_callable(gc.gradcheck, torch.sqrt, (x,))
+    assert not ok
+    assert report["failures"][0]["check"] == "forward_error", report["failures"]
+    failure = report["failures"][0]
+    assert failure["headline"] == "the function returned a non-finite value", failure
+    assert "output 0[1] is nan at the sample point (1 of 3 elements not finite)" in \
+        failure["detail"], failure["detail"]
+    # Inside the domain the same function passes.
+    assert gc.gradcheck(torch.sqrt, (x.detach().abs().requires_grad_(),))

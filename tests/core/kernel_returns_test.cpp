@@ -1,6 +1,6 @@
 // What a device kernel returns, and what a fake kernel is given (op_kernel_returns.cpp): an
-// output that shares memory with an argument, an undefined output, an output on the wrong
-// device, a call mixing meta and real tensors, and a shape function next to a kernel that
+// output that shares memory with an argument or another output, an undefined output, an output on
+// the wrong device, a call mixing meta and real tensors, and a shape function next to a kernel that
 // allocates its own outputs are refused with the op, the kernel and the argument named.
 #include "support/error_message.h"
 
@@ -93,6 +93,44 @@ TEST(KernelReturns, AnUndefinedOrMisplacedOutputIsRefused) {
                               "device")));
   EXPECT_THAT(error_message([&] { in_list(XsArgs{{x}}); }),
               HasSubstr("returned an undefined tensor as output 0[1]"));
+}
+
+TEST(KernelReturns, TwoOutputsSharingMemoryAreRefused) {
+  static auto& twice = []() -> customop::Op<XArgs, std::tuple<at::Tensor, at::Tensor>>& {
+    auto& o = customop::define<XArgs, std::tuple<at::Tensor, at::Tensor>>(
+        "core_returns::twice(Tensor x) -> (Tensor, Tensor)");
+    o.impl(c10::DeviceType::CPU, [](const XArgs& a) {
+      at::Tensor y = a.x * 2;
+      return std::make_tuple(y, y.view({-1}));
+    });
+    return o;
+  }();
+  static auto& list = op_with<XsArgs, std::vector<at::Tensor>>("list_twice", [](const XsArgs& a) {
+    at::Tensor y = a.xs[0] * 2;
+    return std::vector<at::Tensor>{y, a.xs[0] + 1, y};
+  });
+  const auto x = at::randn({2, 3});
+  EXPECT_THAT(error_message([&] { twice(XArgs{x}); }),
+              AllOf(HasSubstr("core_returns::twice: the CPU kernel at"),
+                    HasSubstr("returned output 1 sharing memory with output 0 (the same tensor, "
+                              "a view or an alias of it)")));
+  EXPECT_THAT(error_message([&] { list(XsArgs{{x}}); }),
+              HasSubstr("returned output 0[2] sharing memory with output 0[0]"));
+  // Outputs of their own are fine, and so are disjoint parts of one new buffer.
+  static auto& apart = op_with<XsArgs, std::vector<at::Tensor>>("list_apart", [](const XsArgs& a) {
+    return std::vector<at::Tensor>{a.xs[0] * 2, a.xs[0] * 3};
+  });
+  EXPECT_EQ(apart(XsArgs{{x}}).size(), 2u);
+  static auto& chunks = op_with<XsArgs, std::vector<at::Tensor>>(
+      "list_chunks", [](const XsArgs& a) { return (a.xs[0] * 2).chunk(2); });
+  EXPECT_EQ(chunks(XsArgs{{x}}).size(), 2u);
+  static auto& overlapping =
+      op_with<XsArgs, std::vector<at::Tensor>>("list_overlapping", [](const XsArgs& a) {
+        at::Tensor y = a.xs[0].flatten() * 2;
+        return std::vector<at::Tensor>{y.narrow(0, 0, 4), y.narrow(0, 2, 4)};
+      });
+  EXPECT_THAT(error_message([&] { overlapping(XsArgs{{x}}); }),
+              HasSubstr("returned output 0[1] sharing memory with output 0[0]"));
 }
 
 TEST(KernelReturns, AFakeKernelReturningARealTensorIsRefused) {

@@ -332,10 +332,11 @@ TEST(Checks, MultiOutputMismatchNamesTheOutput) {
   const auto r = gc::gradcheck(op, stack_of({leaf({0.3, 1.1})}), no_raise());
   ASSERT_FALSE(r.passed);
   EXPECT_EQ(r.outputs, (std::vector<std::string>{"sin", "cos"}));
+  // Named like the inputs: index and the schema's return name.
   EXPECT_THAT(r.message(),
-              HasSubstr("Jacobian mismatch for output 0 with respect to input 0 ('x')"));
+              HasSubstr("Jacobian mismatch for output 0 ('sin') with respect to input 0 ('x')"));
   EXPECT_THAT(r.message(),
-              HasSubstr("Jacobian mismatch for output 1 with respect to input 0 ('x')"));
+              HasSubstr("Jacobian mismatch for output 1 ('cos') with respect to input 0 ('x')"));
   EXPECT_THAT(r.message(), HasSubstr("d sin["));
 }
 
@@ -575,7 +576,8 @@ TEST(Checks, SecondOrderCatchesNonDifferentiableBackward) {
   const auto second = gc::gradgradcheck(cube_detached_backward(), XArgs{leaf({1.0, -2.0})}, o);
   ASSERT_FALSE(second.passed);
   EXPECT_EQ(first_line(second.message()),
-            "second order: Jacobian mismatch for output 0 with respect to input 0 ('x')");
+            "second order: Jacobian mismatch for output 0 ('grad of x') with respect to input 0 "
+            "('x')");
   EXPECT_FALSE(second.second_order_pairs.empty());
   for (auto mode : {gc::Mode::kSlow, gc::Mode::kFast}) {
     const auto good =

@@ -89,6 +89,46 @@ def test_opcheck(name, k):
     assert not failed, f"{name} '{sample['label']}' ({sample['dtype']}): {failed}"
 
 
+def test_a_python_exception_through_a_fake_kernel_keeps_its_type():
+    """A Python exception raised while an op's C++ code runs (here symbolic shapes' guard on an
+    unbacked size, raised inside rms_norm's shape function) reaches the caller as itself: FakeTensor,
+    dynamo and export dispatch on these types, so naming the op must not rewrap them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+
+    shape_env = ShapeEnv()
+    with FakeTensorMode(shape_env=shape_env):
+        x = torch.empty(4, shape_env.create_unbacked_symint())
+        with pytest.raises(GuardOnDataDependentSymNode):
+            torch.ops.customop.rms_norm(x, torch.empty(8), 1e-5)
+
+
+def test_a_python_kernels_exception_through_a_jvp_keeps_its_type():
+    """rms_norm's JVP calls at::rsqrt; a Python CPU kernel for it that raises reaches the caller
+    as its own exception, not a RuntimeError naming the op."""
+    import warnings
+
+    import torch.autograd.forward_ad as fwad
+
+    class Refused(Exception):
+        pass
+
+    def refuse(*args, **kwargs):
+        raise Refused("rsqrt refused")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("rsqrt", refuse, "CPU")
+    try:
+        x = torch.randn(4, 8, dtype=torch.float64)
+        with fwad.dual_level(), pytest.raises(Refused, match="rsqrt refused"):
+            torch.ops.customop.rms_norm(fwad.make_dual(x, torch.randn_like(x)),
+                                        torch.randn(8, dtype=torch.float64), 1e-5)
+    finally:
+        lib._destroy()
+
+
 def test_meta_tensors_run_the_fake_kernels():
     """Meta tensors reach each op's fake kernel: shapes (and dtypes) without data."""
     m = lambda *shape: torch.randn(*shape, device="meta")

@@ -2,6 +2,7 @@
 
 #include "detail/compare.h"
 #include "detail/draws.h"
+#include "detail/function.h"
 #include "detail/noise_level.h"
 #include "detail/numerical.h"
 #include "detail/values.h"
@@ -172,8 +173,8 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
                                     : "output " + std::to_string(c.diff[i]);
         const double numerical = analytical + err;
         std::ostringstream headline;
-        headline << "Jacobian mismatch for output " << i << " ('" << out
-                 << "') with respect to input " << j << " ('" << in
+        headline << "Jacobian mismatch for " << output_label(i < c.diff.size() ? c.diff[i] : i, out)
+                 << " with respect to input " << j << " ('" << in
                  << "'): the backward is less precise than float64";
         std::ostringstream detail;
         detail << "  v^T J u along a random direction: numerical " << sci(numerical)

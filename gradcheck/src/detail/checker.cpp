@@ -634,8 +634,8 @@ class Checker {
     if (!pair.fits(opt_)) {
       for (auto i : failing) {
         fail(Check::kJacobian, static_cast<int>(i), static_cast<int>(j),
-             "Jacobian mismatch for output " + std::to_string(i) + " with respect to " +
-                 in_label(j) + " in fast mode",
+             "Jacobian mismatch for " + out_label(i) + " with respect to " + in_label(j) +
+                 " in fast mode",
              fast_mode_figures(fast_pairs[i], tol_.estimated, opt_.seed) + "\n" +
                  recheck_skipped(pair.input_elements, pair.output_elements, opt_));
       }
@@ -677,7 +677,7 @@ class Checker {
                    const std::string& fast_detail) {
     const PairReport& p = bc.pair;
     const std::string mismatch =
-        "Jacobian mismatch for output " + std::to_string(i) + " with respect to " + in_label(j);
+        "Jacobian mismatch for " + out_label(i) + " with respect to " + in_label(j);
     if (p.passed) {
       if (fast_detail.empty()) return;
       result_.notes.push_back(prefix() + mismatch + " in fast mode (" + fast_detail.substr(2) +
@@ -725,17 +725,16 @@ class Checker {
   void note_kinks(const PairReport& p) {
     if (p.loose_entries > 0) {
       result_.notes.push_back(
-          prefix() + "output " + std::to_string(p.output) + " ('" + p.output_name +
-          "') with respect to " + in_label(static_cast<std::size_t>(p.input)) + ": " +
-          std::to_string(p.loose_entries) + " of " + std::to_string(p.entries) +
+          prefix() + out_label(static_cast<std::size_t>(p.output)) + " with respect to " +
+          in_label(static_cast<std::size_t>(p.input)) + ": " + std::to_string(p.loose_entries) +
+          " of " + std::to_string(p.entries) +
           " entries have a numerical error estimate above 1% of their row's largest entry (" +
           steps_ + "); a wrong value there may pass");
     }
     if (p.kink_entries == 0) return;
-    result_.notes.push_back(prefix() + "output " + std::to_string(p.output) + " ('" +
-                            p.output_name + "') with respect to " +
-                            in_label(static_cast<std::size_t>(p.input)) + ": " +
-                            std::to_string(p.kink_entries) +
+    result_.notes.push_back(prefix() + out_label(static_cast<std::size_t>(p.output)) +
+                            " with respect to " + in_label(static_cast<std::size_t>(p.input)) +
+                            ": " + std::to_string(p.kink_entries) +
                             " entries lie at a kink within the step; their analytical values are "
                             "between the one-sided derivatives (subgradients), accepted");
   }
@@ -829,6 +828,10 @@ class Checker {
   }
   std::string out_name(std::size_t o) const {
     return o < c_.output_names.size() ? c_.output_names[o] : "output " + std::to_string(o);
+  }
+  /// Differentiable output i as reports spell it (output_label).
+  std::string out_label(std::size_t i) const {
+    return output_label(c_.diff[i], out_name(c_.diff[i]));
   }
   std::string prefix() const { return second_order_ ? "second order: " : ""; }
   std::vector<PairReport>& pairs() {

@@ -142,6 +142,12 @@ std::vector<std::string> names_of_returns(const torch::jit::Stack& returns,
 }
 }  // namespace
 
+std::string output_label(std::size_t o, const std::string& name) {
+  if (name.empty()) return "output " + std::to_string(o);
+  if (name.starts_with("output ")) return name;
+  return "output " + std::to_string(o) + " ('" + name + "')";
+}
+
 Function make_op_function(const BoxedFunction& fn, const torch::jit::Stack& args,
                           const std::vector<Slot>& slots, OpCounts* counts) {
   struct State {

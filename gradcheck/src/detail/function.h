@@ -42,6 +42,12 @@ struct Function {
   std::function<std::vector<std::string>()> output_names;
 };
 
+/// How reports name flat output `o` whose name (Function::output_names) is `name`: a name
+/// the harness made up ("output 2", "output 0[1]" for an element of a Tensor[] return) as it
+/// is, a schema's return name as "output 1 ('mean')". One spelling for every headline, note and
+/// element of a report.
+std::string output_label(std::size_t o, const std::string& name);
+
 /// The floating tensors of `args` that require grad, in stack order (list elements in order).
 std::vector<Slot> find_slots(const torch::jit::Stack& args,
                              const std::vector<std::string>& arg_names);
