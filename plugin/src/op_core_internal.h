@@ -82,12 +82,10 @@ const char* kernel_role(c10::DeviceType device);
 /// Called in a `catch (...)` around an op's own code (`role`: "CPU kernel", "backward", ...,
 /// registered at `loc`, or nullptr when not recorded): rethrows the exception being handled so
 /// that it names `op`, keeping its Python type. A c10::Error gains a context line unless its
-/// message already names the op; a std:: exception becomes the c10 error of the Python type
-/// pybind11 gives it (std::out_of_range: c10::IndexError, std::invalid_argument and the other
-/// ValueError ones: c10::ValueError, any other: c10::Error), with its type and what(); one
-/// carrying a Python exception (python_error, pybind11::, torch::), std::bad_alloc and
-/// std::overflow_error pass unchanged; anything else (`throw 42`) becomes a c10::Error saying
-/// what was thrown (op_user_errors.cpp).
+/// message already names the op; one carrying a Python exception (python_error, pybind11::,
+/// torch::) passes unchanged; any other std::exception becomes a c10::Error (std::out_of_range:
+/// c10::IndexError, as torch maps it) with its type and what(); anything else (`throw 42`)
+/// becomes a c10::Error saying what was thrown (op_user_errors.cpp).
 [[noreturn]] void rethrow_naming_op(std::string_view op, std::string_view role,
                                     const std::source_location* loc);
 

@@ -328,7 +328,17 @@ void OpCore::device_kernel(c10::DeviceType device, torch::jit::Stack* stack) con
   try {
     entry->fn(stack);
   } catch (...) {
-    detail::rethrow_naming_op(name_, detail::kernel_role(device), &entry->loc);
+    if (!has_shape()) detail::rethrow_naming_op(name_, detail::kernel_role(device), &entry->loc);
+    // With a shape function, the fake kernel is the shape function, and a real kernel runs it
+    // first (to allocate the outputs it fills).
+    if (device == c10::DeviceType::Meta) {
+      detail::rethrow_naming_op(name_, "shape function", &entry->loc);
+    }
+    detail::rethrow_naming_op(
+        name_,
+        std::string(detail::kernel_role(device)) + " at " + format_location(entry->loc) +
+            " (or the shape function it runs, at " + format_location(*shape_loc_) + ")",
+        nullptr);
   }
   if (!returns_.empty()) check_kernel_returns(device, *entry, arg_storages, *stack);
 }

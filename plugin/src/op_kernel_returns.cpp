@@ -14,10 +14,13 @@
 
 #include "op_core_internal.h"
 
+#include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +28,70 @@
 namespace customop {
 
 namespace {
+
+// Where a storage's memory lies, [begin, end); empty for one without data (meta).
+std::pair<uintptr_t, uintptr_t> memory_of(const c10::StorageImpl* s) {
+  const void* data = s->data_ptr().get();
+  const std::optional<int64_t> nbytes = s->sym_nbytes().maybe_as_int();
+  if (data == nullptr || !nbytes) return {0, 0};
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  return {begin, begin + static_cast<uintptr_t>(*nbytes)};
+}
+
+// One storage object, or two whose memory overlaps (at::from_blob over another's data).
+bool same_memory(const c10::StorageImpl* a, const c10::StorageImpl* b) {
+  if (a == b) return true;
+  const auto [a0, a1] = memory_of(a);
+  const auto [b0, b1] = memory_of(b);
+  return a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1;
+}
+
+// The bytes [begin, end) that the elements of `t` (with data, numel > 0) span.
+std::pair<uintptr_t, uintptr_t> extent_of(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * t.element_size())};
+}
+
+// t's bytes as a view of `mask` (one uint8 per byte of memory from `mask`'s start, t's first
+// byte at `offset`).
+at::Tensor bytes_of(const at::Tensor& mask, const at::Tensor& t, int64_t offset) {
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  c10::SmallVector<int64_t, 6> sizes(t.sizes().begin(), t.sizes().end());
+  c10::SmallVector<int64_t, 6> strides;
+  for (const int64_t s : t.strides()) strides.push_back(s * item);
+  sizes.push_back(item);
+  strides.push_back(1);
+  return mask.as_strided(sizes, strides, offset);
+}
+
+// Past this span, two strided views ATen cannot judge are taken as apart.
+constexpr uintptr_t kMaxMaskBytes = uintptr_t{64} << 20;
+
+// Whether two outputs share a byte of memory: ATen's answer for dense tensors of one storage;
+// else (a strided or expanded view, two storage objects) the bytes each touches, marked on
+// the host over the span of both (only sizes, strides and addresses are read, never data).
+bool share_bytes(const at::Tensor& a, const at::Tensor& b) {
+  // A fake kernel's outputs (meta, maybe symbolic sizes): the same tensor twice only.
+  if (a.is_meta() || b.is_meta()) return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const at::MemOverlapStatus status = at::get_overlap_status(a, b);
+  if (status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial) return true;
+  // ATen's "no" holds within one storage object; two objects may still hold the same memory
+  // (at::from_blob over another's data).
+  if (status == at::MemOverlapStatus::No && a.storage().is_alias_of(b.storage())) return false;
+  if (a.const_data_ptr() == nullptr || b.const_data_ptr() == nullptr) return false;
+  const auto [a0, a1] = extent_of(a);
+  const auto [b0, b1] = extent_of(b);
+  if (a0 >= b1 || b0 >= a1) return false;
+  const uintptr_t lo = std::min(a0, b0);
+  const uintptr_t hi = std::max(a1, b1);
+  if (hi - lo > kMaxMaskBytes) return false;
+  const at::Tensor mask = at::zeros({static_cast<int64_t>(hi - lo)}, at::kByte);
+  bytes_of(mask, a, static_cast<int64_t>(a0 - lo)).fill_(1);
+  return bytes_of(mask, b, static_cast<int64_t>(b0 - lo)).any().item<bool>();
+}
 
 std::string element_text(int32_t element) {
   return element < 0 ? std::string() : "[" + std::to_string(element) + "]";
@@ -103,10 +170,12 @@ void OpCore::check_kernel_returns(c10::DeviceType device, const detail::KernelEn
                       "e.g. at::empty_symint(a.x.sym_sizes(), a.x.options())"
                     : std::string("; a ") + c10::DeviceTypeName(device) +
                           " kernel returns tensors on its own device");
-    if (returns_grads_ || !t.has_storage()) return;  // a grad may be the incoming grad itself
+    // A grad may be the incoming grad itself; an empty output holds no memory to share.
+    // NB: sym_numel: a fake kernel's outputs may have symbolic sizes (numel() throws).
+    if (returns_grads_ || !t.has_storage() || t.sym_numel().maybe_as_int() == 0) return;
     const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
     for (const auto& a : args) {
-      if (a.storage != storage) continue;
+      if (!same_memory(a.storage, storage)) continue;
       const std::string& arg = args_[a.arg].name;
       TORCH_CHECK(false, name_, ": the ", detail::kernel_role(device), " at ",
                   format_location(entry.loc), " returned ", which,
@@ -119,10 +188,9 @@ void OpCore::check_kernel_returns(c10::DeviceType device, const detail::KernelEn
     // in-place write to one silently changes the other. Disjoint parts of one buffer
     // (`y.chunk(n)`) are fine.
     for (const auto& [other_tensor, other] : outputs) {
-      const at::MemOverlapStatus overlap = at::get_overlap_status(t, other_tensor);
-      TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial,
-                  name_, ": the ", detail::kernel_role(device), " at ", format_location(entry.loc),
-                  " returned ", which, " sharing memory with ", other,
+      TORCH_CHECK(!share_bytes(t, other_tensor), name_, ": the ", detail::kernel_role(device),
+                  " at ", format_location(entry.loc), " returned ", which, " sharing memory with ",
+                  other,
                   " (the same tensor, a view or an alias of it); each output must be a tensor of "
                   "its own (return a copy of one of them, e.g. with .clone())");
     }

@@ -9,9 +9,9 @@
 // NB: the exception's Python type must survive. c10 errors keep their object (context is
 // appended, as TORCH_RETHROW does); a Python exception on its way through the kernel
 // (python_error, pybind11's, torch's PyTorchError types: FakeTensor's and dynamo's own
-// control-flow exceptions among them) passes untouched; a std:: exception becomes the c10 error
-// of the Python type pybind11 would have given it, and one of those Python has no c10 match for
-// (std::bad_alloc, std::overflow_error) passes untouched.
+// control-flow exceptions among them) passes untouched; any other std::exception becomes the
+// c10 error of the Python type torch gives it at torch.ops' boundary (translate_exception_to_
+// python): std::out_of_range IndexError, every other one RuntimeError.
 
 #include "op_core_internal.h"
 
@@ -69,18 +69,6 @@ void rethrow_naming_op(std::string_view op, std::string_view role,
     throw;
   } catch (const std::out_of_range& e) {
     TORCH_CHECK_INDEX(false, where(op, role, loc), " threw std::out_of_range: ", e.what());
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK_VALUE(false, where(op, role, loc), " threw std::invalid_argument: ", e.what());
-  } catch (const std::domain_error& e) {
-    TORCH_CHECK_VALUE(false, where(op, role, loc), " threw std::domain_error: ", e.what());
-  } catch (const std::length_error& e) {
-    TORCH_CHECK_VALUE(false, where(op, role, loc), " threw std::length_error: ", e.what());
-  } catch (const std::range_error& e) {
-    TORCH_CHECK_VALUE(false, where(op, role, loc), " threw std::range_error: ", e.what());
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::overflow_error&) {
-    throw;
   } catch (const std::exception& e) {
     if (carries_python_exception(e)) throw;
     TORCH_CHECK(false, where(op, role, loc), " threw ", c10::demangle(typeid(e).name()), ": ",

@@ -74,6 +74,19 @@ def tensor_leaves(value) -> list[torch.Tensor]:
     return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
+def output_names(value) -> list[str]:
+    """The names of tensor_leaves(value), as check() names an op's returns: a top-level tuple
+    or list holds the outputs ("output 0", "output 1", as torch.autograd.gradcheck counts
+    them), and a tensor nested in one of them is named by its path ("output 1[0]")."""
+    top = value if isinstance(value, (tuple, list)) else (value,)
+    names: list[str] = []
+    for k, v in enumerate(top):
+        for path, leaf in pytree.tree_flatten_with_path(v)[0]:
+            if isinstance(leaf, torch.Tensor):
+                names.append(f"output {k}{pytree.keystr(path)}")
+    return names
+
+
 def fresh_copies(inputs):
     """`inputs` with every tensor a detached copy that requires grad as the original does: a
     call on them leaves the user's tensors untouched (an in-place function) and runs under

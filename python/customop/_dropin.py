@@ -177,7 +177,8 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     name = _callable.function_name(func)
     try:
         with torch.enable_grad():
-            probe = _callable.tensor_leaves(func(*_callable.fresh_copies(inputs)))
+            probe_value = func(*_callable.fresh_copies(inputs))
+            probe = _callable.tensor_leaves(probe_value)
     except Exception as e:  # noqa: BLE001 -- the function's own error is the report
         report = _forward_error_report(name, e)
     else:
@@ -193,7 +194,7 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
             opts.setdefault("check_mutation", False)
             opts["arg_names"] = op.arg_names
             if len(probe) > 1:
-                opts["return_names"] = [f"output {k}" for k in range(len(probe))]
+                opts["return_names"] = _callable.output_names(probe_value)
             report = _harness.run(op.name, list(op.tensors), opts)
         if check_forward_ad:
             failures = _forward_ad_check.check(func, inputs, top_names, fast_mode,

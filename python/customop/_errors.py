@@ -4,6 +4,8 @@ line that raised it. The exception itself is kept for the Python caller (_harnes
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 
 
@@ -17,8 +19,18 @@ def describe(error: BaseException) -> str:
 
 
 def raised_at(error: BaseException) -> str:
-    """"raised at /path/ops.py:42 in backward": the innermost frame of `error`'s traceback, or
-    "" when it has none."""
+    """"raised at /path/ops.py:42 in backward": the innermost frame of `error`'s traceback
+    outside torch and customop (an op called through torch.ops raises in torch/_ops.py: the
+    user's line is the caller's); "" when it has none."""
     frames = traceback.extract_tb(error.__traceback__)
-    return f"raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" \
-        if frames else ""
+    if not frames:
+        return ""
+    import torch
+
+    libraries = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                      for m in (torch, sys.modules[__package__]))
+    user = [f for f in frames if not os.path.abspath(f.filename).startswith(libraries)]
+    if not user:
+        return ""  # raised by C++ code under torch's own frames: its message says where
+    frame = user[-1]
+    return f"raised at {frame.filename}:{frame.lineno} in {frame.name}"

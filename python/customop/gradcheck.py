@@ -128,12 +128,23 @@ def _cast(value, dtype):
     return value
 
 
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    """True when two elements of `t` share memory (as_strided((2, 2), (1, 1)) does; an
+    expanded dim does; torch's own overlap test answers "too hard" for the first)."""
+    if t.numel() == 0:
+        return False
+    span = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    where = torch.arange(span).as_strided(t.shape, t.stride(), t.storage_offset())
+    return where.unique().numel() < t.numel()
+
+
 def _cast_sample(name: str, i: int, args: list, names, dtype) -> list:
     """The sample's floating tensors cast to dtype (_cast). ValueError naming the op, sample,
     argument and element where the cast would change what is checked: a finite value that is
     not finite in dtype (1e6 in float16: inf, then every check blames the backward), and an
-    input that requires grad with a stride-0 dimension (the cast copies it into one of its own
-    per element, so the expanded layout the float64 run refuses would go unchecked)."""
+    input that requires grad with a stride-0 dimension or overlapping memory (the cast copies it
+    into one of its own per element, so the layout the float64 run refuses would go
+    unchecked)."""
     def arg_name(k: int, element: int | None) -> str:
         base = names[k] if names is not None and k < len(names) else f"argument {k}"
         return base if element is None else f"{base}[{element}]"
@@ -147,6 +158,11 @@ def _cast_sample(name: str, i: int, args: list, names, dtype) -> list:
                 f"{list(t.shape)}, strides {list(t.stride())}, e.g. from expand()); gradcheck "
                 f"perturbs one element at a time and needs inputs whose elements do not share "
                 f"memory: pass {where}.contiguous() (or .clone()) instead")
+        if t.requires_grad and _overlaps_itself(t):
+            raise ValueError(
+                f"customop.gradcheck.check({name}): sample {i}, argument '{where}' has "
+                f"overlapping memory (sizes {list(t.shape)}, strides {list(t.stride())}); pass "
+                f"{where}.contiguous() instead")
         if t.device.type == "meta" or t.numel() == 0:
             return
         cast = t.detach().to(dtype)

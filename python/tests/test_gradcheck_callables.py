@@ -543,3 +543,47 @@ def test_a_nan_forward_output_is_reported_as_such_not_as_a_jacobian_mismatch():
         failure["detail"], failure["detail"]
     # Inside the domain the same function passes.
     assert gc.gradcheck(torch.sqrt, (x.detach().abs().requires_grad_(),))
+
+
+def test_a_forward_error_through_torch_ops_names_the_callers_line():
+    def calls_an_op(x):
+        return torch.ops.aten.mul.Tensor(x, torch.ones(4, dtype=x.dtype))  # 3 vs 4 elements
+
+    with pytest.raises(gc.GradcheckError) as e:
+        gc.gradcheck(calls_an_op, (leaf(3),))
+    line = inspect.getsourcelines(calls_an_op)[1] + 1
+    assert f"raised at {__file__}:{line} in calls_an_op" in str(e.value), str(e.value)
+
+
+def test_a_cast_that_hides_overlapping_memory_is_refused():
+    x = torch.rand(8, dtype=torch.float64).as_strided((2, 2), (1, 1)).requires_grad_()
+    for dtype in (None, torch.float32):  # float64 as given (the C++ check), and cast
+        with pytest.raises(ValueError, match=r"'self'\)? has overlapping memory"):
+            gc.check("aten::sin", [(x,)], dtype=dtype)
+
+
+def test_gradcheck_names_a_nested_output_as_check_does():
+    # (Tensor, [Tensor, Tensor]): the third tensor is output 1[1], not output 2.
+    def f(x):
+        return torch.sin(x), [torch.cos(x), Scale.apply(x, x)]
+
+    Scale.factor = 1.5
+    try:
+        ok, report = gc.check_callable(gc.gradcheck, f, (leaf(3),))
+    finally:
+        Scale.factor = 1.0
+    assert not ok
+    jac = [fl for fl in report["failures"] if fl["check"] == "jacobian"]
+    assert jac and jac[0]["headline"].startswith("Jacobian mismatch for output 1[1] with"), jac
+    assert "d output 1[1][" in jac[0]["detail"], jac[0]["detail"]
+
+
+def test_a_sample_that_is_already_infinite_is_said_so_in_low_precision_too():
+    x = torch.tensor([1.0, float("inf")], dtype=torch.float64, requires_grad=True)
+    report = gc.check("aten::square", [(x,)], dtype=torch.float16, check_compiled=False)[0]
+    assert not report["passed"]
+    heads = [f["headline"] for f in report["failures"]]
+    assert "float64 run: the function returned a non-finite value" in heads, heads
+    low = [f for f in report["failures"] if f["check"] == "low_precision"]
+    assert low and "float64 run returned a non-finite value" in low[0]["headline"], heads
+    assert "does not run in float64" not in low[0]["headline"], heads

@@ -69,6 +69,16 @@ TEST(KernelReturns, AViewOfAnInputIsRefusedWithOrWithoutGrad) {
     }
     EXPECT_TRUE(x.grad_fn() == nullptr);
   }
+  // Another storage object over the input's memory (at::from_blob) is the input too.
+  static auto& blob = op_with("blob", [](const XArgs& a) {
+    return at::from_blob(const_cast<void*>(a.x.const_data_ptr()), a.x.sizes(), a.x.options());
+  });
+  EXPECT_THAT(error_message([&] { blob(XArgs{at::randn({3})}); }),
+              HasSubstr("returned output 0 sharing memory with argument 'x'"));
+  // An empty view holds no memory to share.
+  static auto& empty_view =
+      op_with("empty_view", [](const XArgs& a) { return a.x.narrow(0, 0, 0); });
+  EXPECT_EQ(empty_view(XArgs{at::randn({3})}).numel(), 0);
   // A new tensor is fine (and a copy of the input is one).
   static auto& copy = op_with("copy", [](const XArgs& a) { return a.x.clone(); });
   const auto x = at::randn({3});
@@ -131,6 +141,29 @@ TEST(KernelReturns, TwoOutputsSharingMemoryAreRefused) {
       });
   EXPECT_THAT(error_message([&] { overlapping(XsArgs{{x}}); }),
               HasSubstr("returned output 0[1] sharing memory with output 0[0]"));
+  // Strided and expanded views, which ATen's overlap check cannot judge: the bytes decide.
+  static auto& strided =
+      op_with<XsArgs, std::vector<at::Tensor>>("list_strided", [](const XsArgs& a) {
+        const int64_t how = a.xs[1].item<int64_t>();
+        at::Tensor y = at::zeros({4, 4}, a.xs[0].options());
+        at::Tensor e = at::zeros({1}, a.xs[0].options());
+        switch (how) {
+          case 0: return std::vector<at::Tensor>{y.select(1, 0), y.select(0, 0)};  // share y[0][0]
+          case 1: return std::vector<at::Tensor>{y.slice(0, 0, 4, 2), y.slice(0, 0, 4, 2)};
+          case 2: return std::vector<at::Tensor>{e.expand({4}), e};
+          case 3: return std::vector<at::Tensor>{y, at::from_blob(y.data_ptr(), {4}, y.options())};
+          default: return std::vector<at::Tensor>{y.slice(0, 0, 4, 2), y.slice(0, 1, 4, 2)};
+        }
+      });
+  for (int64_t how = 0; how < 4; ++how) {
+    SCOPED_TRACE(how);
+    EXPECT_THAT(error_message([&] {
+                  strided(XsArgs{{x, at::scalar_tensor(how, at::kLong)}});
+                }),
+                HasSubstr("returned output 0[1] sharing memory with output 0[0]"));
+  }
+  // Interleaved rows of one buffer share no byte.
+  EXPECT_EQ(strided(XsArgs{{x, at::scalar_tensor(4, at::kLong)}}).size(), 2u);
 }
 
 TEST(KernelReturns, AFakeKernelReturningARealTensorIsRefused) {

@@ -12,6 +12,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 
 namespace {
 
@@ -34,7 +35,8 @@ enum class Throw {
   kTorchCheck,
   kValue,
   kOwn,
-  kMentionsOp
+  kMentionsOp,
+  kBadAlloc
 };
 
 struct OwnError : std::exception {
@@ -52,6 +54,7 @@ void throw_for(const at::Tensor& x) {
     case Throw::kValue: TORCH_CHECK_VALUE(false, "the user's value check failed");
     case Throw::kOwn: throw OwnError();
     case Throw::kMentionsOp: TORCH_CHECK(false, "a thrower needs x > 0");
+    case Throw::kBadAlloc: throw std::bad_alloc();
   }
 }
 
@@ -80,6 +83,20 @@ customop::Op<XArgs>& thrower() {
   return op;
 }
 
+// The message of the c10::Error `fn` throws, which must be a c10::Error itself, not a subclass
+// (Python's RuntimeError, not ValueError or IndexError).
+template <class F>
+std::string exact_error_message(F&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(typeid(e), typeid(c10::Error)) << c10::demangle(typeid(e).name());
+    return e.what_without_backtrace();
+  }
+  ADD_FAILURE() << "nothing was thrown";
+  return "<no exception>";
+}
+
 at::Tensor at_stage(Throw code, int stage) {
   at::Tensor x = at::full({3}, static_cast<double>(code), at::kDouble);
   x[1] = stage;
@@ -94,10 +111,12 @@ TEST(UserErrors, AKernelsStdExceptionNamesTheOpAndKeepsItsPythonType) {
       error_message([&] { op(XArgs{x(Throw::kRuntime)}); }),
       AllOf(HasSubstr("core_user_errors::thrower: the CPU kernel at"),
             HasSubstr("user_errors_test.cpp:"), HasSubstr("threw std::runtime_error: bad x")));
-  // std::invalid_argument: ValueError, as pybind11 translates it.
-  EXPECT_THAT(error_message<c10::ValueError>([&] { op(XArgs{x(Throw::kInvalid)}); }),
+  // std::invalid_argument: RuntimeError too, as torch.ops translates it (a plain c10::Error).
+  EXPECT_THAT(exact_error_message([&] { op(XArgs{x(Throw::kInvalid)}); }),
               AllOf(HasSubstr("core_user_errors::thrower: the CPU kernel at"),
                     HasSubstr("threw std::invalid_argument: x must be positive")));
+  EXPECT_THAT(exact_error_message([&] { op(XArgs{x(Throw::kBadAlloc)}); }),
+              HasSubstr("core_user_errors::thrower: the CPU kernel at"));
   // std::out_of_range: IndexError.
   EXPECT_THAT(error_message<c10::IndexError>([&] { op(XArgs{x(Throw::kOutOfRange)}); }),
               HasSubstr("threw std::out_of_range: index 7 past the end"));
@@ -142,7 +161,7 @@ TEST(UserErrors, SaveForBackwardAndBackwardAreNamed) {
                     HasSubstr("user_errors_test.cpp:"), HasSubstr("threw std::runtime_error")));
   const auto x = at_stage(Throw::kInvalid, 2);
   const auto y = op(XArgs{x});
-  EXPECT_THAT(error_message<c10::ValueError>([&] { y.sum().backward(); }),
+  EXPECT_THAT(exact_error_message([&] { y.sum().backward(); }),
               AllOf(HasSubstr("core_user_errors::thrower: the backward at"),
                     HasSubstr("user_errors_test.cpp:"),
                     HasSubstr("threw std::invalid_argument: x must be positive")));
@@ -150,6 +169,34 @@ TEST(UserErrors, SaveForBackwardAndBackwardAreNamed) {
   const auto ok = at_stage(Throw::kNothing, 3);
   op(XArgs{ok}).sum().backward();
   EXPECT_TRUE(at::equal(ok.grad(), at::full({3}, 2.0, at::kDouble)));
+}
+
+TEST(UserErrors, AShapeFunctionIsNamedNextToTheKernelThatRunsIt) {
+  struct ShapeArgs {
+    at::Tensor x;
+    int64_t n;
+  };
+  static auto& op = []() -> customop::Op<ShapeArgs>& {
+    auto& o = customop::define<ShapeArgs>("core_user_errors::shaped(Tensor x, int n) -> Tensor");
+    o.shape([](const ShapeArgs& a) {
+      if (a.n < 0) throw std::runtime_error("n must not be negative");
+      return customop::TensorSpec::like(a.x);
+    });
+    o.impl(c10::DeviceType::CPU, [](const ShapeArgs& a, const at::Tensor& out) {
+      const_cast<at::Tensor&>(out).copy_(a.x);
+    });
+    return o;
+  }();
+  EXPECT_THAT(error_message([&] {
+                op(ShapeArgs{at::randn({3}), -1});
+              }),
+              AllOf(HasSubstr("core_user_errors::shaped: the CPU kernel at"),
+                    HasSubstr("(or the shape function it runs, at"),
+                    HasSubstr("threw std::runtime_error: n must not be negative")));
+  EXPECT_THAT(error_message([&] {
+                op(ShapeArgs{at::empty({3}, at::kMeta), -1});
+              }),
+              HasSubstr("core_user_errors::shaped: the shape function at"));
 }
 
 TEST(UserErrors, AFakeKernelAndAJvpAreNamed) {

@@ -262,10 +262,12 @@ std::string figures(const LowPrecisionReport& rep, bool has_reference) {
   return out + "one rounding of the inputs moves the precise run by " + sci(rep.perturbation_error);
 }
 
-/// The float64 gradcheck of the function itself (the precise run without a reference).
-bool check_float64_run(const BoxedFunction& fn, const torch::jit::Stack& args,
-                       const std::vector<Slot>& slots, const std::vector<at::Tensor>& point64,
-                       const GradcheckOptions& options, GradcheckResult& r) {
+/// The float64 gradcheck of the function itself (the precise run without a reference): why
+/// there is no precise run to compare with ("" when there is one).
+std::string check_float64_run(const BoxedFunction& fn, const torch::jit::Stack& args,
+                              const std::vector<Slot>& slots,
+                              const std::vector<at::Tensor>& point64,
+                              const GradcheckOptions& options, GradcheckResult& r) {
   std::vector<at::Tensor> leaves;
   leaves.reserve(point64.size());
   for (const auto& x : point64) leaves.push_back(x.detach().clone().requires_grad_(true));
@@ -287,13 +289,18 @@ bool check_float64_run(const BoxedFunction& fn, const torch::jit::Stack& args,
   r.input_subsets = r64.input_subsets;
   r.subset_counts = r64.subset_counts;
   for (const auto& n : r64.notes) r.notes.push_back("float64 run: " + n);
-  bool ran = true;
+  std::string why;
   for (const auto& f : r64.failures) {
-    if (f.check == Check::kForwardError) ran = false;
+    if (f.check == Check::kForwardError && why.empty()) {
+      // report_nonfinite_outputs' failure: it ran, and gave no finite value to compare with.
+      why = f.headline.find("non-finite") != std::string::npos
+                ? "the function's float64 run returned a non-finite value (above)"
+                : "the function does not run in float64";
+    }
     add_failure(r, f.check, f.second_order, f.output, f.input, "float64 run: " + f.headline,
                 f.detail);
   }
-  return ran;
+  return why;
 }
 
 /// "<dt> <what> is <got>, not <want>".
@@ -326,11 +333,12 @@ void check_low_precision(const BoxedFunction& fn, const torch::jit::Stack& args,
   for (const auto& x : point) point64.push_back(x.detach().to(at::kDouble));
 
   if (!has_reference) {
-    if (!check_float64_run(fn, args, slots, point64, options, r)) {
+    if (const std::string why = check_float64_run(fn, args, slots, point64, options, r);
+        !why.empty()) {
       add_failure(r, Check::kLowPrecision, false, -1, -1,
-                  "no precise run to judge the " + dt +
-                      " kernel against: the function does not run in float64 and has no "
-                      "reference (declare one: op.reference(fn), or \"reference\" in the spec)");
+                  "no precise run to judge the " + dt + " kernel against: " + why +
+                      " and it has no reference (declare one: op.reference(fn), or "
+                      "\"reference\" in the spec)");
       return;
     }
   } else {

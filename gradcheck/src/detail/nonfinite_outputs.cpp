@@ -35,8 +35,8 @@ void report_nonfinite_outputs(const Checked& checked, GradcheckResult& result) {
     std::ostringstream detail;
     detail << "  " << output_label(o, name) << c10::IntArrayRef(index) << " is " << value
            << " at the sample point (" << count << " of " << y.numel()
-           << " elements not finite); no derivative exists there to check, so the Jacobian "
-              "failures below may say nothing of the backward: choose a sample inside the "
+           << " elements not finite); no derivative exists there to check, so the failures "
+              "below may say nothing of the backward: choose a sample inside the "
               "function's domain, or look for an overflow in the forward";
     const std::size_t before = result.failures.size();
     add_failure(result, Check::kForwardError, false, -1, -1,
