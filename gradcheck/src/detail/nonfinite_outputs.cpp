@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <sstream>
 #include <string>
-#include <vector>
 
 namespace customop::gradcheck::detail {
 
@@ -22,28 +21,20 @@ void report_nonfinite_outputs(const Checked& checked, GradcheckResult& result) {
     const at::Tensor bad = at::isfinite(y).logical_not_().reshape({-1});
     const int64_t count = bad.sum().item<int64_t>();
     if (count == 0) continue;
-    // The first bad element in row-major order, as an index per dim.
+    // The first bad element in row-major order.
     const int64_t flat = bad.nonzero().select(0, 0).item<int64_t>();
-    std::vector<int64_t> index(static_cast<std::size_t>(y.dim()));
-    int64_t rest = flat;
-    for (int64_t d = y.dim() - 1; d >= 0; --d) {
-      index[static_cast<std::size_t>(d)] = rest % y.size(d);
-      rest /= y.size(d);
-    }
     const double value = y.reshape({-1})[flat].item<double>();
     const std::string name = o < checked.output_names.size() ? checked.output_names[o] : "";
     std::ostringstream detail;
-    detail << "  " << output_label(o, name) << c10::IntArrayRef(index) << " is " << value
-           << " at the sample point (" << count << " of " << y.numel()
+    detail << "  " << output_label(o, name) << format_index(unravel(flat, y.sizes())) << " is "
+           << value << " at the sample point (" << count << " of " << y.numel()
            << " elements not finite); no derivative exists there to check, so the failures "
               "below may say nothing of the backward: choose a sample inside the "
               "function's domain, or look for an overflow in the forward";
-    const std::size_t before = result.failures.size();
     add_failure(result, Check::kForwardError, false, -1, -1,
                 "the function returned a non-finite value", detail.str());
-    if (result.failures.size() > before) {
-      std::rotate(result.failures.begin(), result.failures.end() - 1, result.failures.end());
-    }
+    // First: the failures after it follow from it.
+    std::rotate(result.failures.begin(), result.failures.end() - 1, result.failures.end());
     return;
   }
 }
