@@ -127,19 +127,33 @@ inline at::vec::Vectorized<float> normal_tail_f32(at::vec::Vectorized<float> a,
 ///   gelu(s) = max(s, 0) - |s| h,   h = erfc(|s| / sqrt(2)) / 2,
 /// with erfc(z) = (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) e^(-z^2), t = 1 / (1 + p z), z >= 0,
 /// from Abramowitz and Stegun, Handbook of Mathematical Functions (1964), 7.1.26 (absolute
-/// error <= 1.5e-7 in erf; the 1/2 is folded into a1..a5 and 1/sqrt(2) into p). Unlike
-/// s / 2 * (1 + erf(s / sqrt(2))), nothing cancels for s < 0: measured at 2^24 points of
-/// [-12, 12] against float64, absolute error <= 3.4e-7 and relative error <= 3.1e-2 (the
-/// formula's, in the far negative tail, s in [-12, -2]), where the cancelling form with ATen's
-/// Vectorized::erf reaches 100 % relative error.
+/// error <= 1.5e-7 in erf), as normal_tail_f32 evaluates it, rewritten here in
+/// w = |s| / (|s| + K), K = sqrt(2) / p (so t = 1 - w and |s| t = w / k, k = p / sqrt(2)):
+///   |s| h = e w R(w),   e = exp(-s^2 / 2),   R(w) = q(1 - w) / k,
+/// q(t) = (a1 + a2 t + .. + a5 t^4) / 2 and R's coefficients its binomial expansion (computed
+/// in float64, rounded to float). Same function, two multiply-pipe instructions fewer per
+/// vector than |s| * normal_tail_f32 (the denominator |s| + K is an add, and e multiplies in
+/// the final fnmadd): AVX-512, one thread, 16 Ki elements in L1 (2026-12-07), 0.312 -> 0.278 ns
+/// per element; the loop is bound by the multiply/FMA pipe (each instruction removed there
+/// saved 6 %, each add, min or max none).
+/// Unlike s / 2 * (1 + erf(s / sqrt(2))), nothing cancels for s < 0: measured at 2^24 points
+/// of [-17, 17] against float64, absolute error <= 3.4e-7 and relative error <= 3.1e-2 in
+/// [-12, -2] (the formula's, in the far negative tail), where the cancelling form with ATen's
+/// Vectorized::erf reaches 100 % relative error. A float32 denormal s gives s / 2 to within 1.5
+/// of its ulps (w is denormal there; measured at every 37th denormal, both signs).
 inline at::vec::Vectorized<float> gelu_erf_f32(at::vec::Vectorized<float> s) {
   using Vec = at::vec::Vectorized<float>;
-  const Vec a = s.abs();
-  const Vec h = normal_tail_f32(a, gaussian_f32(s));
-  // NB: |s| * h with |s| capped at 16, where h is 0 already: s = +inf gives inf - 0 = inf
-  // rather than inf - inf * 0 = NaN. (-inf gives 0, the limit; ATen gives NaN.) clamp_max and
-  // clamp_min are one instruction each and keep a NaN lane NaN.
-  return at::vec::fnmadd(at::vec::clamp_max(a, Vec(16.0F)), h, at::vec::clamp_min(s, Vec(0.0F)));
+  // NB: |s| capped at 16, where e is 0 already: s = +inf gives inf - 0 * R = inf rather than
+  // inf / inf = NaN in w. (-inf gives 0, the limit; ATen gives NaN.) clamp_max and clamp_min are
+  // one instruction each and keep a NaN lane NaN.
+  const Vec m = at::vec::clamp_max(s.abs(), Vec(16.0F));
+  const Vec w = m / (m + Vec(4.3170085F));  // K = sqrt(2) / 0.3275911
+  Vec r(2.2910480F);
+  r = at::vec::fmadd(r, w, Vec(-6.0275578F));
+  r = at::vec::fmadd(r, w, Vec(7.4045119F));
+  r = at::vec::fmadd(r, w, Vec(-5.2764559F));
+  r = at::vec::fmadd(r, w, Vec(2.1585042F));
+  return at::vec::fnmadd(gaussian_f32(s), r * w, at::vec::clamp_min(s, Vec(0.0F)));
 }
 
 /// GELU's derivative, exact (erf) form, per lane, float32: gelu'(s) = Phi(s) + s phi(s), phi the
