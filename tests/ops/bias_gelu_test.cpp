@@ -106,6 +106,28 @@ TEST_P(BiasGeluDevice, NegativeTailKeepsRelativeAccuracy) {
   EXPECT_LE(worst, 5e-2);
 }
 
+// The float32 CPU kernel's error bounds as cpu/vec_math.h's gelu_erf_f32 states them: absolute
+// error <= 3.4e-7 over [-17, 17], and a denormal s gives s / 2 to within 1.5 of its ulps
+// (2^-149), where the tail's w = |s| / (|s| + K) is itself denormal.
+TEST_P(BiasGeluDevice, Float32AbsoluteErrorAndDenormals) {
+  if (p().dtype != at::kFloat || p().is_cuda()) GTEST_SKIP() << "float32 CPU kernel";
+  const auto dense = at::linspace(-17.0, 17.0, (1 << 20) + 1, at::kFloat);
+  const auto exact = [](const at::Tensor& s32) {
+    const auto s = s32.to(at::kDouble);
+    return s * 0.5 * at::erfc(-s * M_SQRT1_2);
+  };
+  const auto y = bias_gelu(dense, at::zeros_like(dense), "none");
+  EXPECT_LE((y.to(at::kDouble) - exact(dense)).abs().max().item<double>(), 3.4e-7);
+
+  // Denormals: every bit pattern step of 9973 below 2^23, both signs.
+  const auto bits = at::arange(1, 1 << 23, 9973, at::kInt);
+  const auto pos = bits.view(at::kFloat);
+  const auto s = at::cat({pos, -pos});
+  const auto yd = bias_gelu(s, at::zeros_like(s), "none");
+  const double ulp = std::ldexp(1.0, -149);
+  EXPECT_LE((yd.to(at::kDouble) - exact(s)).abs().max().item<double>(), 1.5 * ulp);
+}
+
 TEST_P(BiasGeluDevice, StridedAndBroadcastInputsMatchContiguous) {
   torch::manual_seed(23);
   const auto b = at::randn({2 * 19}, p().options()).slice(0, 0, 38, 2);
