@@ -35,6 +35,7 @@ import types
 import torch
 
 from ._op_call import map_tensors, split_call, written_positions
+from ._quiet import fake_tensor_log_off, no_fake_kernel
 
 _fresh = itertools.count()
 
@@ -140,6 +141,26 @@ def _compiled_function(op, values: list, positions: list[int]):
     return types.FunctionType(code, call.__globals__, code.co_name, None, call.__closure__)
 
 
+def _has_no_fake_kernel(op, args: list) -> bool:
+    """Whether `op` says it has no fake kernel when run on fake copies of `args`: decided
+    before torch.compile, which would spend Inductor's start-up to find it out. False when the
+    copies cannot be made (the compile then decides)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    try:
+        fakes = map_tensors(args, lambda t: mode.from_tensor(t.detach()))
+    except Exception:  # noqa: BLE001 -- e.g. a tensor subclass FakeTensor does not take
+        return False
+    try:
+        positional, keywords = split_call(op, fakes)
+        with fake_tensor_log_off(), mode, torch.no_grad():
+            op(*positional, **keywords)
+    except Exception as e:  # noqa: BLE001 -- any other error: the compile reports it
+        return no_fake_kernel(e)
+    return False
+
+
 def check_compiled(op, args: list, arg_names: list[str]) -> dict:
     """Runs `op` (an OpOverload) on `args` eagerly and under torch.compile with its out= lowering
     active, and compares every output and every written argument.
@@ -173,6 +194,8 @@ def check_compiled(op, args: list, arg_names: list[str]) -> dict:
             eager = op(*positional, **keywords)
     except Exception as e:  # noqa: BLE001 -- reported by the main check
         return {"passed": True, "not_run": f"the op raised eagerly ({type(e).__name__})"}
+    if _has_no_fake_kernel(op, args):
+        return {"passed": True, "not_run": "the op has no fake kernel"}
     lowering_error = None
     for lower in (True, False):
         compiled_args = clones()
@@ -180,7 +203,7 @@ def check_compiled(op, args: list, arg_names: list[str]) -> dict:
                                                                                        how):
             fn = _compiled_function(op, compiled_args, positions)
             try:
-                with torch.no_grad(), _no_compile_caches():
+                with torch.no_grad(), _no_compile_caches(), fake_tensor_log_off():
                     compiled, code = run_and_get_code(
                         torch.compile(fn, backend="inductor", fullgraph=True, dynamic=False),
                         *[compiled_args[k] for k in positions])

@@ -62,7 +62,7 @@ def _options(caller: str, eps, atol, rtol, nondet_tol, check_undefined_grad, fas
         if value is not None:
             _finite(caller, key, value)
             opts[key] = float(value)
-    opts.update(extra)
+    opts.update(_harness.checked_options(f"customop.gradcheck.{caller}", extra))
     return opts
 
 

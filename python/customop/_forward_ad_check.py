@@ -29,6 +29,7 @@ import torch.autograd.forward_ad as fwAD
 
 from . import _callable
 from ._op_call import randn_like as seeded_randn_like
+from ._quiet import preload_forward_ad
 
 _RTOL = {torch.float64: 1e-7, torch.float32: 1e-3}
 _LOW_RTOL = 3e-2
@@ -74,6 +75,7 @@ def _vjp(op, primals, diff, cotangents) -> list[torch.Tensor]:
 
 def check(func: Callable, inputs, top_names, fast_mode: bool, seed: int) -> list[dict]:
     """The failures of the forward-AD check of `func` at `inputs` (empty: passed)."""
+    preload_forward_ad()  # torch's FutureWarning on its first make_dual (_quiet.py)
     op = _callable.CallableOp(func, inputs, 0, top_names)
     primals = [t.detach().clone() for t in op.tensors]  # private copies: func may write them
     diff = [k for k, t in enumerate(op.tensors)

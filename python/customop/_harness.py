@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import pathlib
 import threading
 
@@ -55,6 +56,57 @@ def _encode(value, tensors: list, where: str):
         return value
     raise TypeError(f"{where}: a {type(value).__name__} ({value!r}) cannot be passed to the "
                     f"harness (tensors, lists of tensors, None, bool, int, float and str can)")
+
+
+# The GradcheckOptions fields the harness takes from Python, by kind (the C++ side reads them
+# from JSON: gradcheck/src/python_op.cpp, options_from_json).
+_FLAGS = frozenset({
+    "check_undefined_grad", "check_grad_output_scaling", "check_grad_metadata",
+    "check_forward_grad_mode", "detect_nondifferentiable", "check_cuda_against_cpu",
+    "check_second_order", "check_fake_kernel", "check_mutation", "check_out_variant",
+    "check_inplace_variant", "check_layout_variants", "check_backward_precision"})
+_POSITIVE = frozenset({"eps"})  # the finite-difference step: > 0
+_NON_NEGATIVE = frozenset({"atol", "rtol", "nondet_tol"})
+_COUNTS = {"seed": 1 << 64, "max_jacobian_entries": 1 << 63}  # integers in [0, limit)
+_CHOICES = {"mode": ("slow", "fast"),
+            "input_subsets": ("none", "singles", "singles-and-complements")}
+_TEXTS = frozenset({"label", "reference", "name"})
+
+
+def checked_options(where: str, options: dict) -> dict:
+    """`options` with each GradcheckOptions value checked and as JSON takes it (a numpy number as
+    int or float). Raises TypeError (a value of the wrong kind) or ValueError (out of range, not
+    a choice), starting with `where` and naming the option, what it takes and what it got,
+    before the C++ side's JSON reader would (its message names neither). Other keys pass as they
+    are: the C++ side names an unknown option."""
+    out = {}
+    for key, value in options.items():
+        def refuse(error, takes: str):
+            given = options[key]
+            raise error(f"{where}: option '{key}' must be {takes}, got {given!r} "
+                        f"({type(given).__name__})")
+
+        if key in _FLAGS and not isinstance(value, bool):
+            refuse(TypeError, "a bool (True or False)")
+        elif key in _POSITIVE or key in _NON_NEGATIVE:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                refuse(TypeError, "a number")
+            value = float(value)
+            if not math.isfinite(value) or (value <= 0 if key in _POSITIVE else value < 0):
+                refuse(ValueError, "a finite number " + ("> 0" if key in _POSITIVE else ">= 0"))
+        elif key in _COUNTS:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                refuse(TypeError, "an int")
+            value = int(value)
+            if not 0 <= value < _COUNTS[key]:
+                refuse(ValueError, f"an int >= 0 and < 2^{_COUNTS[key].bit_length() - 1}")
+        elif key in _CHOICES and value not in _CHOICES[key]:
+            refuse(TypeError if not isinstance(value, str) else ValueError,
+                   " or ".join(f'"{c}"' for c in _CHOICES[key]))
+        elif key in _TEXTS and not isinstance(value, str):
+            refuse(TypeError, "a str")
+        out[key] = value
+    return out
 
 
 def run(name: str, args: list, options: dict, names: list[str] | None = None) -> dict:

@@ -4,14 +4,20 @@ needs nothing from gradcheck.py, which imports it.)"""
 
 from __future__ import annotations
 
+import types
+
 import torch
 
 
 def op_name(op) -> str:
     """'ns::name' or 'ns::name.overload' for an OpOverload, an OpOverloadPacket (its default
-    overload), a torch.library.custom_op object, or a string."""
+    overload), a torch.library.custom_op object, one of customop's op functions
+    (customop.rms_norm: its op's default overload), or a string."""
     if isinstance(op, str):
         return op
+    if isinstance(op, types.FunctionType) and isinstance(
+            getattr(op, "_overload_packet", None), torch._ops.OpOverloadPacket):
+        op = op._overload_packet  # customop.ops's wrapper of torch.ops.customop.<name>
     if hasattr(op, "_opoverload"):  # torch.library.custom_op
         op = op._opoverload
     if isinstance(op, torch._ops.OpOverloadPacket):
@@ -23,5 +29,9 @@ def op_name(op) -> str:
     if isinstance(op, torch._ops.OpOverload):
         name = op._schema.name
         return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+    hint = (f"; to check the Python function {getattr(op, '__qualname__', op)!r} itself, use "
+            f"customop.gradcheck.gradcheck(func, inputs) (or check_callable)"
+            if callable(op) else "")
     raise TypeError(f"customop.gradcheck.check: expected an op (torch.ops.ns.name, an overload, "
-                    f"a torch.library.custom_op) or 'ns::name', got {type(op).__name__}")
+                    f"a torch.library.custom_op, customop.<op>) or 'ns::name', got "
+                    f"{type(op).__name__}{hint}")

@@ -33,7 +33,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError
 
 from ._dropin import UnreliableDifferencesWarning, check_callable, gradcheck, gradgradcheck
-from ._harness import ensure_loaded, format_failure, run
+from ._harness import checked_options, ensure_loaded, format_failure, run
 from ._op_names import op_name as _op_name
 from ._py_checks import add_results, pop_options
 from ._sharding_check import check_sharding, format_sharding_failure
@@ -193,7 +193,8 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
     "backward_error") with the op's message (KeyboardInterrupt and SystemExit propagate).
 
     - op: torch.ops.ns.name (its default overload), an OpOverload, a torch.library.custom_op,
-      or "ns::name[.overload]".
+      one of customop's op functions (customop.rms_norm: torch.ops.customop.rms_norm), or
+      "ns::name[.overload]".
     - samples: a list; each sample a tuple of positional arguments, a dict of keyword
       arguments, or a Sample(*args, **kwargs); arguments not given take the schema's defaults.
       As in torch.autograd.gradcheck, the tensors that require grad (also inside lists) are the
@@ -231,9 +232,10 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         wrong rule fails the report with a "sharding" failure naming the placements.
     Raises ValueError naming the op and the argument when a sample does not fit the schema, holds
     a meta tensor, has a value the cast to `dtype` would make infinite or a stride-0 input (with
-    `dtype`), or an option is unknown; TypeError for a sample or value of a kind the
-    harness does not take. Under torch.inference_mode() the checks run with it off, on normal
-    copies of the sample's inference tensors.
+    `dtype`), or an option is unknown or out of range (eps <= 0, atol < 0, an unknown mode);
+    TypeError for a sample, value or option value of a kind the harness does not take
+    (atol="x"), naming the option. Under torch.inference_mode() the checks run with it off, on
+    normal copies of the sample's inference tensors.
     """
     ensure_loaded()
     name = _op_name(op)
@@ -248,6 +250,7 @@ def check(op, samples: Sequence[Any], **options) -> list[dict]:
         options["reference"] = _op_name(options["reference"])
     sharding = bool(options.pop("sharding", False))
     py_checks = pop_options(name, options)
+    options = checked_options(f"customop.gradcheck.check({name})", options)
     # Under torch.inference_mode() no graph is recorded: the checks need one, so they run
     # with it off, on normal copies of inference tensors (requires_grad kept).
     with torch.inference_mode(False):
