@@ -19,8 +19,9 @@ if(NOT CUSTOMOP_TORCH_ROOT)
     OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE
     RESULT_VARIABLE _torch_rc WORKING_DIRECTORY /)
   if(NOT _torch_rc EQUAL 0)
-    message(FATAL_ERROR "customop: cannot import torch with ${CUSTOMOP_PYTHON}; run ci/setup first "
-                        "or pass -DCUSTOMOP_PYTHON=<python with torch>")
+    message(FATAL_ERROR "customop: cannot import torch with ${CUSTOMOP_PYTHON}; pass "
+                        "-DCUSTOMOP_PYTHON=<the python whose site-packages hold torch> (in "
+                        "customop's own source tree, ci/setup makes .venv, the default)")
   endif()
   list(GET _torch_info 0 _root)
   list(GET _torch_info 1 _version)

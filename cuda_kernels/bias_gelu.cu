@@ -8,7 +8,8 @@ namespace {
 
 using namespace detail;
 
-/// GELU with the constants and operation order of ATen's CUDA GeluKernel.
+/// GELU with the constants and operation order of ATen's CUDA GeluKernel; the exact form gives
+/// the limit 0 at x = -inf (as the CPU kernels), where that order gives -inf * 0 = NaN.
 template <bool kTanh, typename A>
 __device__ __forceinline__ A gelu(A x) {
   if constexpr (kTanh) {
@@ -19,7 +20,8 @@ __device__ __forceinline__ A gelu(A x) {
     return A(0.5) * x * (A(1) + tanh_acc(inner));
   } else {
     constexpr A kAlpha = A(0.70710678118654752440084436210485);  // 1 / sqrt(2)
-    return x * A(0.5) * (A(1) + erf_acc(x * kAlpha));
+    const A y = x * A(0.5) * (A(1) + erf_acc(x * kAlpha));
+    return isinf(x) && x < A(0) ? A(0) : y;
   }
 }
 

@@ -157,6 +157,96 @@ at::Tensor to_rows(const Unwrapped& u, int64_t batch, int64_t rank) {
   return t;
 }
 
+// vmap over a batch of size 0 under BatchRule::loop: torch.func.jacrev of a function whose
+// output has no elements vmaps the VJP (the backward op) over those 0 elements. No example
+// exists to call the op on, so it runs once on the Meta device, on one example's shapes, and
+// each tensor return becomes the empty batch [0, *example shape] of that dtype on the device
+// of the batched arguments; a written argument is returned as it came (nothing is written).
+// Needs tensor returns only (a count over an example's data has no value for zero examples;
+// checked first) and a Meta kernel (the op's shape function or fake kernel); else c10::Error
+// naming the op.
+void call_empty_batch(const c10::OperatorHandle& h, torch::jit::Stack* stack,
+                      const std::string& name, const c10::FunctionSchema& schema,
+                      const std::vector<std::vector<Unwrapped>>& unwrapped, int64_t level) {
+  const std::size_t n = unwrapped.size();
+  const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+  for (std::size_t r = 0; r < schema.returns().size(); ++r) {
+    const c10::TypePtr& type = schema.returns()[r].type();
+    TORCH_CHECK(type->isSubtypeOf(*c10::TensorType::get()) ||
+                    type->isSubtypeOf(*c10::ListType::ofTensors()),
+                name, ": vmap over a batch of size 0: return ", r, " is a ", type->str(),
+                ", which has no value for zero examples (only tensor returns can be batched "
+                "empty)");
+  }
+  std::optional<c10::Device> device;
+  auto example = [&](const Unwrapped& u) {
+    if (!u.value.defined()) return u.value;
+    std::vector<c10::SymInt> sizes(u.value.sym_sizes().begin(), u.value.sym_sizes().end());
+    if (u.bdim) {
+      sizes.erase(sizes.begin() + *u.bdim);
+      if (!device) device = u.value.device();
+    }
+    return at::empty_symint(sizes, u.value.options().device(c10::kMeta));
+  };
+  torch::jit::Stack call;
+  call.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
+    if (v.isTensor()) {
+      call.emplace_back(example(unwrapped[i][0]));
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> list;
+      for (const auto& u : unwrapped[i]) list.push_back(example(u));
+      call.emplace_back(std::move(list));
+    } else {
+      call.push_back(v);
+    }
+  }
+  try {
+    h.callBoxed(&call);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, name,
+                ": vmap over a batch of size 0: with no example to call the op on, it runs on "
+                "the Meta device for its outputs' shapes, and that failed (define a shape "
+                "function or a fake kernel to give it one): ",
+                e.what_without_backtrace());
+  }
+  const std::size_t num_returns = schema.returns().size();
+  torch::jit::Stack out;
+  for (std::size_t r = 0; r < num_returns; ++r) {
+    const c10::IValue& v = call[r];
+    if (const auto* alias = schema.returns()[r].alias_info(); alias && alias->isWrite()) {
+      std::size_t i = 0;
+      while (i < n && !(schema.arguments()[i].alias_info() &&
+                        schema.arguments()[i].alias_info()->beforeSets() == alias->beforeSets())) {
+        ++i;
+      }
+      TORCH_INTERNAL_ASSERT(i < n, name, ": return ", r, " aliases no argument");
+      out.push_back(first[static_cast<std::ptrdiff_t>(i)]);
+      continue;
+    }
+    auto empty_batch = [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      std::vector<c10::SymInt> sizes{c10::SymInt(0)};
+      sizes.insert(sizes.end(), t.sym_sizes().begin(), t.sym_sizes().end());
+      return at::functorch::makeBatched(
+          at::empty_symint(sizes, t.options().device(device.value_or(c10::kCPU))), int64_t{0},
+          level);
+    };
+    if (v.isTensor()) {
+      out.emplace_back(empty_batch(v.toTensor()));
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> list = v.toTensorVector();
+      for (auto& t : list) t = empty_batch(t);
+      out.emplace_back(std::move(list));
+    } else {
+      out.push_back(v);  // the return types were checked above: an absent Tensor? (None)
+    }
+  }
+  torch::jit::drop(*stack, n);
+  for (auto& v : out) stack->push_back(std::move(v));
+}
+
 }  // namespace
 
 void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* stack) const {
@@ -315,9 +405,10 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
   }
 
   // ---- loop: one call per example ----
-  TORCH_CHECK(*batch > 0, name_,
-              ": vmap over a batch of size 0 is not supported (no call gives the outputs' "
-              "shapes)");
+  if (*batch == 0) {
+    call_empty_batch(h, stack, name_, schema_, unwrapped, level);
+    return;
+  }
   // An op that writes its arguments: each example writes its own slice of a batched written
   // argument (a view into it). An unbatched written argument would take every example's write.
   for (std::size_t i = 0; i < n && mutates_; ++i) {

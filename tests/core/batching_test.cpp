@@ -149,4 +149,60 @@ TEST(BatchRule, AnOpThatWritesItsArgumentsTakesLoopAndWritesEachExamplesSlice) {
   EXPECT_TRUE(at::equal(shared, at::zeros({4})));
 }
 
+// A batch of size 0 under BatchRule::loop (torch.func.jacrev of an output with no elements vmaps
+// the VJP over 0 elements): the op runs once on the Meta device for one example's shapes and
+// each return comes back as the empty batch of them, on the batched argument's device.
+TEST(BatchRule, LoopOverZeroExamplesGivesEmptyBatchesOfTheExamplesShapes) {
+  auto& op = customop::define<XArgs>("core_vmap::outer_rows(Tensor x, Tensor y) -> Tensor");
+  op.shape([](const XArgs& a) {
+    auto spec = customop::TensorSpec::like(a.x);
+    spec.sizes.push_back(a.y.size(0));
+    return spec;
+  });
+  int calls = 0;
+  op.impl(c10::DeviceType::CPU, [&](const XArgs& a, const at::Tensor& out) {
+    ++calls;
+    out.copy_(a.x.unsqueeze(-1) * a.y);
+  });
+  op.vmap(BatchRule::loop());
+  const at::Tensor xs = at::randn({0, 3}, at::kDouble);  // 0 examples of [3]
+  const at::Tensor y = at::randn({5}, at::kDouble);
+  at::Tensor out;
+  {
+    const customop::VmapLevel vmap(0);
+    out = vmap.unbatch(op({vmap.batch(xs, 0), y}));
+  }
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{0, 3, 5}));
+  EXPECT_EQ(out.scalar_type(), at::kDouble);
+  EXPECT_TRUE(out.device().is_cpu());
+  EXPECT_EQ(calls, 0);  // the CPU kernel never ran: only the shape function, on Meta
+}
+
+TEST(BatchRule, LoopOverZeroExamplesIsRefusedWithoutAShapeOrANonTensorReturn) {
+  auto& no_shape = customop::define<XArgs>("core_vmap::no_shape(Tensor x, Tensor y) -> Tensor");
+  no_shape.impl(c10::DeviceType::CPU, [](const XArgs& a) { return a.x + a.y; });
+  no_shape.vmap(BatchRule::loop());
+  const at::Tensor xs = at::randn({0, 3}), y = at::randn({3});
+  EXPECT_THAT(error_message([&] {
+                const customop::VmapLevel vmap(0);
+                no_shape({vmap.batch(xs, 0), y});
+              }),
+              AllOf(HasSubstr("core_vmap::no_shape: vmap over a batch of size 0"),
+                    HasSubstr("define a shape function or a fake kernel")));
+
+  auto& count = customop::define<CountArgs, std::tuple<at::Tensor, int64_t>>(
+      "core_vmap::count_nonneg(Tensor input) -> (Tensor, int)");
+  count.impl(c10::DeviceType::CPU, [](const CountArgs& a) {
+    return std::tuple<at::Tensor, int64_t>{a.input.clone(), (a.input >= 0).sum().item<int64_t>()};
+  });
+  count.vmap(BatchRule::loop());
+  EXPECT_THAT(error_message([&] {
+                const customop::VmapLevel vmap(0);
+                count({vmap.batch(xs, 0)});
+              }),
+              AllOf(HasSubstr("core_vmap::count_nonneg: vmap over a batch of size 0: return 1 is "
+                              "a int"),
+                    HasSubstr("no value for zero examples")));
+}
+
 }  // namespace

@@ -79,10 +79,12 @@ class BatchRule {
   /// Any op: one call per example (the batched arguments sliced at each index), the outputs
   /// stacked along a new leading dim. Tensor[] arguments included (torch's fallback refuses
   /// them). A non-tensor return must be equal for every example, else c10::Error naming the
-  /// op. A batch of size 0 is refused (no call gives the outputs' shapes). The one kind an op
-  /// that writes its arguments (Tensor(a!)) takes: each example's call writes its own slice of
-  /// each batched written argument; a written argument that is not batched while another is
-  /// is refused before anything is written, naming both.
+  /// op. A batch of size 0 (torch.func.jacrev of an output with no elements) calls the op once
+  /// on the Meta device for one example's output shapes and returns empty batches of them; an
+  /// op with no shape function or fake kernel, or with a non-tensor return, is refused there,
+  /// naming it. The one kind an op that writes its arguments (Tensor(a!)) takes: each
+  /// example's call writes its own slice of each batched written argument; a written argument
+  /// that is not batched while another is is refused before anything is written, naming both.
   static BatchRule loop() { return BatchRule(Kind::kLoop, {}, {}); }
   /// The general form, boxed (prefer the typed Op::vmap(fn), which builds this).
   static BatchRule general(Boxed fn) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -54,7 +55,9 @@ inline at::vec::Vectorized<T> gelu(at::vec::Vectorized<T> s) {
     if constexpr (std::is_same_v<T, float>) {
       return gelu_erf_f32(s);  // inline: cpu/vec_math.h says why
     } else {
-      return half * s * (one + (s * alpha).erf());
+      // s = -inf: the limit 0, as gelu_erf_f32 gives (this order gives -inf * 0 = NaN there).
+      const Vec y = half * s * (one + (s * alpha).erf());
+      return Vec::blendv(y, Vec(T(0)), s == Vec(-std::numeric_limits<T>::infinity()));
     }
   }
 }

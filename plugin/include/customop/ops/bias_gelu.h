@@ -28,6 +28,9 @@ struct BiasGeluArgs {
 };
 
 /// y = gelu(x + b), s = x + b rounded to the dtype first (as the two ATen ops would).
+/// Special values: gelu(+inf) = inf, NaN gives NaN; the exact form gives the limit
+/// gelu(-inf) = 0 on every device and dtype, where ATen's order of operations gives NaN (the
+/// tanh form gives NaN there, as ATen's). The backward's grad is the limit at +-inf (1, 0).
 ///
 /// Backward: grads for input and bias (bias's summed over all leading dims).
 /// \returns the op `customop::bias_gelu`, registered when libcustomop_ops loads. Called with
