@@ -157,6 +157,22 @@ at::Tensor to_rows(const Unwrapped& u, int64_t batch, int64_t rank) {
   return t;
 }
 
+// The argument a return of the schema writes (Tensor(a!) ... -> Tensor(a!)), or nullopt for a
+// return that aliases no written argument.
+std::optional<std::size_t> written_argument(const c10::FunctionSchema& schema, std::size_t r,
+                                            const std::string& name) {
+  const auto* alias = schema.returns()[r].alias_info();
+  if (alias == nullptr || !alias->isWrite()) return std::nullopt;
+  const auto& args = schema.arguments();
+  std::size_t i = 0;
+  while (i < args.size() &&
+         !(args[i].alias_info() && args[i].alias_info()->beforeSets() == alias->beforeSets())) {
+    ++i;
+  }
+  TORCH_INTERNAL_ASSERT(i < args.size(), name, ": return ", r, " aliases no argument");
+  return i;
+}
+
 // vmap over a batch of size 0 under BatchRule::loop: torch.func.jacrev of a function whose
 // output has no elements vmaps the VJP (the backward op) over those 0 elements. No example
 // exists to call the op on, so it runs once on the Meta device, on one example's shapes, and
@@ -215,14 +231,8 @@ void call_empty_batch(const c10::OperatorHandle& h, torch::jit::Stack* stack,
   torch::jit::Stack out;
   for (std::size_t r = 0; r < num_returns; ++r) {
     const c10::IValue& v = call[r];
-    if (const auto* alias = schema.returns()[r].alias_info(); alias && alias->isWrite()) {
-      std::size_t i = 0;
-      while (i < n && !(schema.arguments()[i].alias_info() &&
-                        schema.arguments()[i].alias_info()->beforeSets() == alias->beforeSets())) {
-        ++i;
-      }
-      TORCH_INTERNAL_ASSERT(i < n, name, ": return ", r, " aliases no argument");
-      out.push_back(first[static_cast<std::ptrdiff_t>(i)]);
+    if (const auto i = written_argument(schema, r, name)) {
+      out.push_back(first[static_cast<std::ptrdiff_t>(*i)]);  // nothing was written
       continue;
     }
     auto empty_batch = [&](const at::Tensor& t) {
@@ -480,16 +490,10 @@ void OpCore::batched_kernel(const c10::OperatorHandle& h, torch::jit::Stack* sta
   }
   for (std::size_t r = 0; r < num_returns; ++r) {
     const c10::IValue& r0 = results[0][r];
-    if (const auto* alias = schema_.returns()[r].alias_info(); alias && alias->isWrite()) {
+    if (const auto i = written_argument(schema_, r, name_)) {
       // The return is a written argument: the batched argument itself, now holding every
       // example's write.
-      std::size_t i = 0;
-      while (i < n && !(schema_.arguments()[i].alias_info() &&
-                        schema_.arguments()[i].alias_info()->beforeSets() == alias->beforeSets())) {
-        ++i;
-      }
-      TORCH_INTERNAL_ASSERT(i < n, name_, ": return ", r, " aliases no argument");
-      stack->push_back(args[i]);
+      stack->push_back(args[*i]);
       continue;
     }
     if (r0.isTensor()) {
