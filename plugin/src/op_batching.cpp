@@ -250,7 +250,7 @@ void call_empty_batch(const c10::OperatorHandle& h, torch::jit::Stack* stack,
       for (auto& t : list) t = empty_batch(t);
       out.emplace_back(std::move(list));
     } else {
-      out.push_back(v);  // the return types were checked above: an absent Tensor? (None)
+      out.push_back(v);  // not reached: every return was checked to be a tensor above
     }
   }
   torch::jit::drop(*stack, n);
