@@ -140,13 +140,14 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BiasGeluBackwardDevice,
                          customop::testing::param_name);
 
 // The float32 kernel's gelu' (cpu/vec_math.h) against float64 at 2^20 points of [-16, 16],
-// one thread and two: absolute error <= 4e-7 (measured 2.9e-7).
+// one thread and two: absolute error <= 2.5e-7 (measured 1.6e-7 in the default, AVX2 and
+// AVX-512 builds; the earlier form, h evaluated in t, measured 2.9-3.1e-7 and fails here).
 TEST(BiasGeluBackward, Float32DerivativeAbsoluteError) {
   const auto s = at::linspace(-16.0, 16.0, 1 << 20, at::TensorOptions().dtype(at::kFloat));
   const auto ones = at::ones_like(s);
   const auto [gi, gb] = gelu_backward(ones, s, at::zeros_like(s), "none");
   const auto [ei, eb] = expected_gelu_grads(ones, s, at::zeros_like(s), "none");
-  EXPECT_LE((gi.to(at::kDouble) - ei).abs().max().item<double>(), 4e-7);
+  EXPECT_LE((gi.to(at::kDouble) - ei).abs().max().item<double>(), 2.5e-7);
 }
 
 // bias_gelu's backward is this op (one call per backward), on the CPU and on the CUDA device.

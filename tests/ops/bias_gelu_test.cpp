@@ -91,7 +91,9 @@ TEST_P(BiasGeluDevice, InfinityAndNaN) {
     const auto y = bias_gelu(x, b, approximate).to(at::kDouble);
     EXPECT_EQ(y[0].item<double>(), inf);
     EXPECT_TRUE(std::isnan(y[1].item<double>()));
-    if (approximate == "none") EXPECT_EQ(y[3].item<double>(), 0.0);
+    if (approximate == "none") {
+      EXPECT_EQ(y[3].item<double>(), 0.0);
+    }
   }
 }
 
