@@ -96,6 +96,44 @@ def fresh_copies(inputs):
         if isinstance(v, torch.Tensor) else v, inputs)
 
 
+def tensor_names(func: Callable, inputs: Sequence[Any],
+                 top_names: Sequence[str] | None = None) -> list[str]:
+    """The names of the tensor leaves of `inputs` (a tuple of func's positional arguments), in
+    order: the parameter's name ("x"), with the path inside a sequence ("xs[1]"); top_names
+    replaces func's parameter names."""
+    top = list(top_names) if top_names is not None else parameter_names(func, len(inputs))
+    names = []
+    for path, leaf in pytree.tree_flatten_with_path(tuple(inputs))[0]:
+        if isinstance(leaf, torch.Tensor):
+            rest = "".join(f"[{getattr(p, 'idx', getattr(p, 'key', p))}]" for p in path[1:])
+            names.append(top[path[0].idx] + rest)
+    return names
+
+
+def written_input(originals: Sequence[Any], copies: Sequence[Any], names: Sequence[str]):
+    """The first tensor that requires grad whose copy a call changed in place, as
+    (name, where, before, after) (where: "[i, j]" or "its shape"), or None. `copies` are
+    fresh_copies(originals) after the call; NaN counts as equal to NaN."""
+    pairs = [(o, c) for o, c in zip(pytree.tree_leaves(tuple(originals)),
+                                    pytree.tree_leaves(tuple(copies)))
+             if isinstance(o, torch.Tensor)]
+    for name, (o, c) in zip(names, pairs):
+        if not o.requires_grad:
+            continue  # a buffer the function updates (running statistics) is its business
+        before, after = o.detach(), c.detach()
+        if before.shape != after.shape or before.dtype != after.dtype:
+            return name, "its shape or dtype", f"{tuple(before.shape)} {before.dtype}", \
+                f"{tuple(after.shape)} {after.dtype}"
+        same = (before == after) | (before.isnan() & after.isnan()) if \
+            before.is_floating_point() or before.is_complex() else before == after
+        if not bool(same.all()):
+            index = [int(i) for i in (~same).nonzero()[0]]
+            where = "[" + ", ".join(map(str, index)) + "]"
+            return name, where, f"{before[tuple(index)].item():.6g}", \
+                f"{after[tuple(index)].item():.6g}"
+    return None
+
+
 class CallableOp:
     """The generated op of one check. `tensors` are the op's arguments (the tensor leaves of
     the inputs, in order), `arg_names` their names ("x", "xs[1]"), `name` the op's qualified
@@ -110,12 +148,7 @@ class CallableOp:
         if not self._positions:
             raise ValueError(f"customop.gradcheck.gradcheck({function_name(func)}): no tensor "
                              f"among the inputs")
-        top = list(top_names) if top_names is not None else parameter_names(func, len(inputs))
-        self.arg_names = []
-        for k in self._positions:
-            path = paths[k][0]
-            rest = "".join(f"[{getattr(p, 'idx', getattr(p, 'key', p))}]" for p in path[1:])
-            self.arg_names.append(top[path[0].idx] + rest)
+        self.arg_names = tensor_names(func, inputs, top_names)
         # Copies of the tensors that do not require grad (the harness copies the others): a
         # function that writes into its inputs leaves the caller's tensors untouched.
         self.tensors = [t if t.requires_grad else t.detach().clone()

@@ -98,6 +98,17 @@ def _forward_error_report(name: str, error: BaseException) -> dict:
                   f"{' (' + where + ')' if where else ''}"}]}
 
 
+def _written_input_report(name: str, arg: str, where: str, before: str, after: str) -> dict:
+    return {"op": name, "label": "", "passed": False, "failures": [{
+        "check": "mutation", "second_order": False, "output": -1, "input": -1,
+        "headline": f"the function wrote into its input '{arg}', which requires grad",
+        "detail": f"  {name} changed '{arg}' in place: {where} was {before}, is {after} after "
+                  f"one call (on a copy; the caller's tensor is untouched). Finite differences "
+                  f"call the function many times on the same perturbed input, and autograd's "
+                  f"saved tensors see the write, so no gradient of it can be judged: write "
+                  f"into a clone ({arg} = {arg}.clone() first), or return the new value."}]}
+
+
 def _warn_unreliable(report: dict) -> None:
     for note in report.get("notes", []):
         if "may pass" in note:
@@ -126,7 +137,10 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     - inputs: a tensor, or a sequence of inputs: tensors (any shape; float64 for the tightest
       verdict, float32 judged against a float64 run of func), nested sequences of tensors, or
       other values passed through. The floating tensors that require grad are differentiated.
-      They are never modified (every call gets copies).
+      They are never modified (every call gets copies). A function that writes into an input
+      that requires grad fails the check ("mutation", naming the input and an element it
+      changed): finite differences cannot judge it. Writes into other inputs (a buffer of
+      running statistics) are the function's business.
     - eps: central-difference step (input units, finite, > 0), torch's default 1e-6.
     - atol, rtol: None (default) judges each Jacobian entry by error estimates (options.h,
       Tolerances); a number switches to torch's fixed rule |a - n| <= atol + rtol |n|.
@@ -175,13 +189,20 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     _harness.ensure_loaded()
     inputs = _callable.as_tuple(inputs)
     name = _callable.function_name(func)
+    copies = _callable.fresh_copies(inputs)
+    report = None
     try:
         with torch.enable_grad():
-            probe_value = func(*_callable.fresh_copies(inputs))
+            probe_value = func(*copies)
             probe = _callable.tensor_leaves(probe_value)
     except Exception as e:  # noqa: BLE001 -- the function's own error is the report
         report = _forward_error_report(name, e)
     else:
+        written = _callable.written_input(inputs, copies,
+                                          _callable.tensor_names(func, inputs, top_names))
+        if written is not None:
+            report = _written_input_report(name, *written)
+    if report is None:
         if not probe:
             raise ValueError(f"customop.gradcheck.{caller}({name}): the function returned no "
                              f"tensor")
@@ -190,8 +211,9 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
             opts.setdefault("name", name)
             # NB: the op is a wrapper generated around a Python function, with a schema made
             # up here: a function may return a view of its input (transpose), as
-            # torch.autograd.gradcheck allows, so the schema audit is off unless asked for.
-            opts.setdefault("check_mutation", False)
+            # torch.autograd.gradcheck allows, so the schema audit is off; a write into an
+            # input that requires grad is found by the probe call above (written_input).
+            opts["check_mutation"] = False
             opts["arg_names"] = op.arg_names
             if len(probe) > 1:
                 opts["return_names"] = _callable.output_names(probe_value)

@@ -8,11 +8,13 @@ import inspect
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
 
 import customop.gradcheck as gc
+from torch.autograd.gradcheck import GradcheckError
 
 
 def leaf(*shape, seed=0, dtype=torch.float64):
@@ -374,6 +376,67 @@ def test_the_users_tensors_are_never_modified():
     x, y = leaf(3), torch.ones(3, dtype=torch.float64)
     gc.gradcheck(doubles_in_place, (x, y), raise_exception=False)
     assert torch.equal(y, torch.ones(3, dtype=torch.float64))
+
+
+class ZeroGrad(torch.autograd.Function):
+    """y = sin(x) with an all-zero backward: wrong everywhere."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.zeros_like(g)
+
+
+class WritesItsInput(torch.autograd.Function):
+    """y = sin(x) saved, then x doubled in place: the backward sees cos(2 x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        y = x.sin()
+        x.mul_(2)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+def test_a_write_into_an_input_requiring_grad_fails_naming_it():
+    # Before, each perturbed call added to the last one's write: every Jacobian entry was
+    # "unjudgeable", and even an all-zero backward passed with a warning.
+    def bumps(x):
+        with torch.no_grad():
+            x.add_(1)
+        return x.sin()
+
+    def bumps_zero_grad(x):
+        with torch.no_grad():
+            x.add_(1)
+        return ZeroGrad.apply(x)
+
+    for func in (bumps, bumps_zero_grad, WritesItsInput.apply):
+        for fast in (False, True):
+            passed, report = gc.check_callable(gc.gradcheck, func, (leaf(4, 5),), fast_mode=fast)
+            assert not passed, func
+            assert [f["check"] for f in report["failures"]] == ["mutation"]
+            assert "wrote into its input 'x'" in report["failures"][0]["headline"]
+    with pytest.raises(GradcheckError, match=r"changed 'x' in place: \[0, 0\] was"):
+        gc.gradcheck(bumps, (leaf(4, 5),))
+
+
+def test_a_write_into_a_buffer_that_does_not_require_grad_passes():
+    def with_running_mean(x, running):  # as batch norm's training mode updates its statistics
+        running.mul_(0.9).add_(0.1 * x.detach().mean(0))
+        return x * 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gc.gradcheck(with_running_mean, (leaf(4, 3), torch.zeros(3, dtype=torch.float64)))
 
 
 def test_keyboard_interrupt_propagates_and_errors_chain_the_original():
