@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 from torch.func import jvp, vjp, vmap
 
-from . import _callable
+from . import _callable, _errors
 from ._op_call import randn_like
 from ._quiet import preload_forward_ad
 
@@ -119,10 +119,10 @@ def check(func: Callable, inputs, top_names, seed: int, forward: bool) -> list[d
         return (_compare(kind, "the value of", got_out, want_out, out_names, rtol_of)
                 or _compare(kind, "the grad of", got, want, names, rtol_of))
     except Exception as e:  # noqa: BLE001 -- the function's (or a rule's) error is the report
-        if "setup_context" in str(e):
+        if "setup_context" in _errors.text(e):
             raise NotImplementedError(
                 f"customop.gradcheck.gradcheck({_callable.function_name(func)}): {kind} runs "
                 f"torch.func.vmap over the function, which cannot run its autograd.Function "
-                f"(it needs a setup_context staticmethod): {str(e).splitlines()[0]}") from e
+                f"(it needs a setup_context staticmethod): {_errors.text(e).splitlines()[0]}") from e
         return [_failure(kind, f"{kind}: the function raised under vmap",
-                         f"  {type(e).__name__}: {str(e).splitlines()[0][:400]}", -1)]
+                         f"  {type(e).__name__}: {_errors.text(e).splitlines()[0][:400]}", -1)]

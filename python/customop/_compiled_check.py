@@ -34,6 +34,7 @@ import types
 
 import torch
 
+from . import _errors
 from ._op_call import map_tensors, split_call, written_positions
 from ._quiet import fake_tensor_log_off, no_fake_kernel
 
@@ -60,7 +61,7 @@ def out_lowering(op):
     try:
         tagged = registry.to_out_variant(op)
     except RuntimeError as e:
-        yield None, f"torch refuses its out= overloads: {e}"
+        yield None, f"torch refuses its out= overloads: {_errors.text(e)}"
         return
     if tagged is not None:
         yield tagged, f"{tagged} (tagged torch.Tag.out)"
@@ -118,7 +119,7 @@ def _compare(what: str, eager, compiled, mismatches: list) -> None:
         torch.testing.assert_close(compiled.cpu(), eager.cpu(), equal_nan=True,
                                    check_stride=False)
     except AssertionError as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        lines = [line.strip() for line in _errors.text(e).splitlines() if line.strip()]
         mismatches.append({"what": what, "detail": "; ".join(lines[1:4] or lines)})
 
 
@@ -209,7 +210,7 @@ def check_compiled(op, args: list, arg_names: list[str]) -> dict:
                         *[compiled_args[k] for k in positions])
                 break
             except Exception as e:  # noqa: BLE001 -- the compile error is the report
-                text = str(e).strip()
+                text = _errors.text(e).strip()
                 first = text.splitlines()[0] if text else type(e).__name__
                 if "no fake" in text.lower() or "fake impl" in text.lower() or isinstance(
                         e, NotImplementedError):

@@ -94,7 +94,7 @@ def _forward_error_report(name: str, error: BaseException) -> dict:
     return {"op": name, "label": "", "passed": False, "_raised": [error], "failures": [{
         "check": "forward_error", "second_order": False, "output": -1, "input": -1,
         "headline": "the function raised an error",
-        "detail": f"  {name} raised: {type(error).__name__}: {error}"
+        "detail": f"  {name} raised: {type(error).__name__}: {_errors.text(error)}"
                   f"{' (' + where + ')' if where else ''}"}]}
 
 

@@ -18,6 +18,19 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}{', ' + where if where else ''}"
 
 
+def text(error: BaseException) -> str:
+    """str(error), or, where the exception's own __str__ raises, a line saying so: an error
+    from user code must come back as a report, not as a second error from formatting it."""
+    try:
+        return str(error)
+    except Exception as inner:  # noqa: BLE001 -- any failure of user code's __str__
+        try:
+            inner_text = str(inner)
+        except Exception:  # noqa: BLE001
+            inner_text = "?"
+        return f"<its str() raised {type(inner).__name__}: {inner_text}>"
+
+
 def raised_at(error: BaseException) -> str:
     """"raised at /path/ops.py:42 in backward": the innermost frame of `error`'s traceback
     outside torch and customop (an op called through torch.ops raises in torch/_ops.py: the

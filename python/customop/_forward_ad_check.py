@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from . import _callable
+from . import _callable, _errors
 from ._op_call import randn_like as seeded_randn_like
 from ._quiet import preload_forward_ad
 
@@ -87,7 +87,7 @@ def check(func: Callable, inputs, top_names, fast_mode: bool, seed: int) -> list
         _jvp(op, primals, diff, zero_tangents)
     except Exception as e:  # noqa: BLE001 -- the function's own error is the report
         return [_failure("forward-mode AD raised an error",
-                         f"  {type(e).__name__}: {e}", -1, -1)]
+                         f"  {type(e).__name__}: {_errors.text(e)}", -1, -1)]
     gen = torch.Generator().manual_seed(seed)
 
     def randn_like(t):

@@ -10,6 +10,8 @@ import warnings
 
 import torch
 
+from . import _errors
+
 _forward_ad_loaded = False
 
 
@@ -59,6 +61,6 @@ def no_fake_kernel(error: BaseException) -> bool:
     with no Meta kernel at all, or NotImplementedError."""
     from torch._subclasses.fake_tensor import UnsupportedOperatorException
 
-    text = str(error)
+    text = _errors.text(error)
     return (isinstance(error, (NotImplementedError, UnsupportedOperatorException))
             or "no fake (Meta) kernel" in text or "no fake impl" in text.lower())

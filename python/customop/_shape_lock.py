@@ -26,6 +26,7 @@ import os
 
 import torch
 
+from . import _errors
 from ._op_call import is_tensor_list, map_tensors, split_call
 from ._quiet import fake_tensor_log_off, no_fake_kernel
 from ._schema_py import argument_types
@@ -141,7 +142,7 @@ def check_shape_lock(op, args: list, arg_names: list[str]) -> dict:
         with fake_tensor_log_off(), mode, torch.no_grad():
             op(*positional, **keywords)
     except Exception as e:  # noqa: BLE001 -- the op's error is the report
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        text = _errors.text(e).strip().splitlines()[0] if _errors.text(e).strip() else type(e).__name__
         if no_fake_kernel(e):
             return {"passed": True, "not_run": "the op has no fake kernel"}
         return {"passed": False, "symbols": len(symbols), "locked": [],

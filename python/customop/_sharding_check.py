@@ -27,6 +27,7 @@ import traceback
 
 import torch
 
+from . import _errors
 from ._op_names import op_name
 
 DEFAULT_RTOL = 1e-9  # float64: sums split over ranks differ from whole sums by a few ulps
@@ -174,7 +175,7 @@ def _run_case(op, schema, args, mesh, rule, rtol, atol, seed, max_combinations, 
                          for g in grads_of(got_out, dt_diff)]
         except Exception as e:  # noqa: BLE001 (a report, with the op's message)
             failures.append({"placements": placement_text, "what": "the call",
-                             "message": f"{type(e).__name__}: {e}".strip()})
+                             "message": f"{type(e).__name__}: {_errors.text(e)}".strip()})
             continue
         checks = [(f"output '{n}'", g, r) for n, g, r in zip(out_names, got_out, ref_out)]
         diff_names = [n for n, t in zip(names, ref_in) if t.requires_grad]
@@ -243,7 +244,7 @@ def _run_cases(cases, mesh, options, world_size):
             rep = {"label": label, "passed": False, "combinations": 0, "listed_by_rule": 0,
                    "redistributed": 0, "not_run": True,
                    "failures": [{"placements": "", "what": "the op on whole tensors",
-                                 "message": f"{type(e).__name__}: {e}\n"
+                                 "message": f"{type(e).__name__}: {_errors.text(e)}\n"
                                             f"{traceback.format_exc(limit=3)}"}]}
         rep.update(op=name, rule=kind, world_size=world_size)
         reports.append(rep)

@@ -32,6 +32,8 @@ from torch.func import hessian, jacfwd, jacrev, jvp, vjp, vmap
 from ._op_call import map_tensors, randn_like, split_call, written_positions
 from ._quiet import preload_forward_ad
 
+from . import _errors
+
 _RTOL = {torch.float64: 1e-7, torch.float32: 1e-3}
 _SAME_RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 # Jacobians (and the Hessian of the first input) up to this many entries are built whole.
@@ -43,7 +45,7 @@ class _Mismatch(Exception):
 
 
 def _no_jvp(e: Exception) -> bool:
-    m = str(e)
+    m = _errors.text(e)
     return isinstance(e, (NotImplementedError, RuntimeError)) and (
         "has no JVP formula" in m or "does not support forward" in m
         or "forward AD" in m and "not implemented" in m.lower())
@@ -52,13 +54,13 @@ def _no_jvp(e: Exception) -> bool:
 def _no_func_support(e: Exception) -> bool:
     """The op's autograd cannot run under torch.func at all (an autograd.Function without
     setup_context, a C++ torch::autograd::Function)."""
-    m = str(e)
+    m = _errors.text(e)
     return "functorch transforms" in m or "torch.func transforms" in m or (
         "setup_context" in m) or "checkSupportsCppAutogradFunction" in m
 
 
 def _no_batch_rule(e: Exception) -> bool:
-    m = str(e)
+    m = _errors.text(e)
     return isinstance(e, RuntimeError) and ("Batching rule not implemented" in m
                                             or "hit the vmap fallback" in m)
 
@@ -163,7 +165,7 @@ def check_transforms(op, args: list, arg_names: list[str]) -> dict:
             if not _no_func_support(e):
                 raise
             return {"passed": True, "not_run": "the op's autograd does not run under torch.func "
-                    f"({str(e).splitlines()[0][:200]})"}
+                    f"({_errors.text(e).splitlines()[0][:200]})"}
         _close("vjp", got_vjp, want, rtol)
         ran.append(step)
 
@@ -258,10 +260,10 @@ def check_transforms(op, args: list, arg_names: list[str]) -> dict:
             ran.append(step)
     except _Mismatch as e:
         return {"passed": False, "transforms": ran, "unsupported": unsupported, "transform": step,
-                "error": str(e)}
+                "error": _errors.text(e)}
     except Exception as e:  # noqa: BLE001 -- the op's (or torch's) error is the report
         return {"passed": False, "transforms": ran, "unsupported": unsupported, "transform": step,
-                "error": f"raised {type(e).__name__}: {e}".split("\n")[0][:600]}
+                "error": f"raised {type(e).__name__}: {_errors.text(e)}".split("\n")[0][:600]}
     finally:
         torch._C._functorch._set_vmap_fallback_enabled(previous)
     return {"passed": True, "transforms": ran, "unsupported": unsupported}

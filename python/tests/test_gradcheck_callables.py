@@ -439,6 +439,28 @@ def test_a_write_into_a_buffer_that_does_not_require_grad_passes():
         assert gc.gradcheck(with_running_mean, (leaf(4, 3), torch.zeros(3, dtype=torch.float64)))
 
 
+class UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("str fails")
+
+
+@torch.library.custom_op("customop_test::raises_unprintable", mutates_args=())
+def raises_unprintable(x: torch.Tensor) -> torch.Tensor:
+    raise UnprintableError()
+
+
+def test_an_error_whose_str_raises_is_still_a_report():
+    def f(x):
+        raise UnprintableError()
+
+    assert gc.gradcheck(f, (leaf(3),), raise_exception=False) is False
+    with pytest.raises(GradcheckError, match=r"UnprintableError: <its str\(\) raised "
+                                             r"RuntimeError: str fails>"):
+        gc.gradcheck(f, (leaf(3),))
+    (report,) = gc.check(raises_unprintable, [(leaf(3),)])
+    assert report["passed"] is False
+
+
 def test_keyboard_interrupt_propagates_and_errors_chain_the_original():
     class Interrupted(torch.autograd.Function):
         @staticmethod
