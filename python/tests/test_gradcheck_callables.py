@@ -439,6 +439,35 @@ def test_a_write_into_a_buffer_that_does_not_require_grad_passes():
         assert gc.gradcheck(with_running_mean, (leaf(4, 3), torch.zeros(3, dtype=torch.float64)))
 
 
+class ScalesItsGrad(torch.autograd.Function):
+    """y = sin(x); backward returns the right grad, computed in place in the grad it is given
+    (the caller's grad_output: torch.autograd.grad(y, x, v) hands it v)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g.mul_(x.cos())
+
+
+def test_a_backward_that_writes_into_its_grad_output_fails_naming_it():
+    # Before, the layout variants compared with the written grad and blamed a backward that
+    # reads memory as if it were contiguous.
+    for fast in (False, True):
+        passed, report = gc.check_callable(gc.gradcheck, ScalesItsGrad.apply, (leaf(5),),
+                                           fast_mode=fast)
+        assert not passed
+        (failure,) = report["failures"]
+        assert failure["check"] == "mutation"
+        assert "wrote into the grad_output of output 0" in failure["headline"]
+        assert "contiguous" not in failure["detail"]
+    assert gc.gradcheck(torch.sin, (leaf(5),))  # its twin
+
+
 class UnprintableError(Exception):
     def __str__(self):
         raise RuntimeError("str fails")

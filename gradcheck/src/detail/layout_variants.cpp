@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace customop::gradcheck::detail {
 
@@ -68,12 +69,16 @@ class LayoutCheck {
       ys_.push_back(y);
       gs_.push_back(random_grad_output(y, gen_));
     }
+    std::vector<at::Tensor> given;  // the grad_outputs as handed over, to see a backward write
+    given.reserve(gs_.size());
+    for (const auto& g : gs_) given.push_back(g.clone());
     try {
       want_grads_ = vjp(ys_, gs_, c_.leaves, r_.layout_counts);
     } catch (const std::exception&) {
       note_caught_error();
       return;  // the first-order checks report backward errors
     }
+    if (grad_output_written(given)) return;  // the variants below would compare garbage
     for (std::size_t j = 0; j < c_.leaves.size(); ++j) {
       for (const Layout* layout : {&kStrided, &kTransposed}) input_variant(j, *layout);
     }
@@ -125,6 +130,35 @@ class LayoutCheck {
       ys.push_back(outs[o]);
     }
     compare_grads(vjp_or_fail(ys, gs_, inputs, j, -1, what), j, -1, what);
+  }
+
+  /// Whether the backward wrote into a grad_output it was given (`given`: their values before):
+  /// a failure naming the output and an element. torch hands the caller's tensors to backward
+  /// (torch.autograd.grad(y, x, v) passes v itself), so such a write changes the caller's v,
+  /// even where the grads it returns are right.
+  bool grad_output_written(const std::vector<at::Tensor>& given) {
+    for (std::size_t i = 0; i < gs_.size(); ++i) {
+      const at::Tensor changed = gs_[i].ne(given[i]).logical_and_(
+          gs_[i].isnan().logical_and_(given[i].isnan()).logical_not_());
+      if (!changed.any().item<bool>()) continue;
+      const at::Tensor first = changed.nonzero()[0].to(at::kCPU).contiguous();
+      const std::vector<int64_t> where(first.data_ptr<int64_t>(),
+                                       first.data_ptr<int64_t>() + first.numel());
+      std::vector<at::indexing::TensorIndex> index(where.begin(), where.end());
+      const std::string out = out_name(c_.diff[i]);
+      add_failure(
+          r_, Check::kMutation, false, static_cast<int>(i), -1,
+          "the backward wrote into the grad_output of output " + std::to_string(i) + " ('" + out +
+              "') it was given",
+          "  element " + format_index(where) + " was " +
+              std::to_string(given[i].index(index).item<double>()) + ", is " +
+              std::to_string(gs_[i].index(index).item<double>()) +
+              " after backward\n  torch passes the caller's grad_outputs to backward itself "
+              "(torch.autograd.grad(y, x, v) hands it v), so an in-place op on the incoming grad "
+              "changes the caller's tensor: compute into a new one (g * ..., not g.mul_(...))");
+      return true;
+    }
+    return false;
   }
 
   /// Whether the op's Jacobian check passes at `inputs` (with a note when it does: its
