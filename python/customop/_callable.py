@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
 from . import _harness
 
@@ -138,19 +138,50 @@ def written_input(originals: Sequence[Any], copies: Sequence[Any], names: Sequen
 _LOWER = (torch.float32, torch.float16, torch.bfloat16)
 
 
-class _Float64Casts(TorchDispatchMode):
-    """In the float64 run of a lower-precision check: a cast of a float64 tensor to float32,
-    float16 or bfloat16 (aten._to_copy: .to(torch.float32), .float(), .half(), type_as) stays
-    float64, so a function that computes in float32 inside (x.to(torch.float32) ... .to(x.dtype),
-    as LLaMA's RMSNorm does) is float64 there too: otherwise that run, the reference of the
-    finite differences and of the low-precision rule, is only float32-precise (finite
-    differences at eps 1e-6 then err by about 6 %, and a 10 % error in the backward passed)."""
+def _promoted(value):
+    return value.to(torch.float64) if isinstance(value, torch.Tensor) and \
+        value.dtype in _LOWER else value
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+
+def _float64_dtype(value):
+    return torch.float64 if value in _LOWER else value
+
+
+_LOWERING_METHODS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+
+class _Float64Run(TorchFunctionMode):
+    """The float64 run of a float32/float16/bfloat16 check computes in float64 throughout
+    (above autograd, so the backward autograd records is float64 too):
+    - a cast to float32, float16 or bfloat16 (.to(torch.float32), .float(), .half(),
+      .bfloat16(), a dtype= keyword, type_as a lower-precision tensor) gives float64: a function
+      that computes in float32 inside (x.to(torch.float32) ... .to(x.dtype), as LLaMA's RMSNorm
+      does) is float64 there too. Otherwise that run, the reference of the finite differences
+      and of the low-precision rule, is only float32-precise: finite differences at eps 1e-6
+      then err by about 6 %, RMSNorm failed in bfloat16, and a 10 % error in a backward passed;
+    - a call given float64 tensors and float32/16-bit ones (a module's parameters, which are not
+      the function's inputs) gets the latter in float64, by a differentiable cast (a bfloat16
+      nn.Linear raised "mat1 and mat2 must have the same dtype" there). Not for in-place
+      methods (name ending in _) and out= calls: their destination keeps its dtype."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") in _LOWER and \
-                isinstance(args[0], torch.Tensor) and args[0].dtype == torch.float64:
-            kwargs = dict(kwargs, dtype=torch.float64)
+        if func in _LOWERING_METHODS:
+            return torch.Tensor.double(*args)
+        if func is torch.Tensor.type_as:
+            return args[0] if args[0].dtype == torch.float64 else func(*args, **kwargs)
+        if func is torch.Tensor.to:
+            args = tuple(torch.float64 if a in _LOWER else
+                         _promoted(a) if isinstance(a, torch.Tensor) and k > 0 else a
+                         for k, a in enumerate(args))
+        if "dtype" in kwargs:
+            kwargs = dict(kwargs, dtype=_float64_dtype(kwargs["dtype"]))
+        name = getattr(func, "__name__", "")
+        if not name.endswith("_") and "out" not in kwargs:
+            flat = pytree.tree_leaves((args, kwargs))
+            if any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in flat) and \
+                    any(isinstance(v, torch.Tensor) and v.dtype in _LOWER for v in flat):
+                args, kwargs = pytree.tree_map(_promoted, (args, kwargs))
         return func(*args, **kwargs)
 
 
@@ -199,7 +230,7 @@ class CallableOp:
                           for t, o in zip(tensors, self.tensors))
         try:
             with torch.enable_grad(), \
-                    (_Float64Casts() if float64_run else contextlib.nullcontext()):
+                    (_Float64Run() if float64_run else contextlib.nullcontext()):
                 outs = tensor_leaves(self.call(tensors))
         except BaseException as e:
             _harness.record(e)  # the original, for the caller's `raise ... from`

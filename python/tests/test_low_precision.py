@@ -249,3 +249,13 @@ def test_a_function_that_computes_in_float32_inside_is_judged_in_float64(dtype):
     assert gc.gradcheck(upcast_exp(1.0), (a,))
     for fast in (False, True):
         assert not gc.gradcheck(upcast_exp(1.1), (a,), raise_exception=False, fast_mode=fast)
+
+
+def test_a_module_whose_parameters_are_not_inputs_runs_in_float64_too():
+    # Its float64 run gets the bfloat16 parameters in float64 (a differentiable cast): before,
+    # F.linear raised "mat1 and mat2 must have the same dtype" there.
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 4).to(torch.bfloat16)
+    x = leaf(3, 8).detach().to(torch.bfloat16).requires_grad_(True)
+    assert gc.gradcheck(linear, (x,))
+    assert gc.gradcheck(lambda x: torch.tanh(linear(x)), (x,))
