@@ -235,6 +235,11 @@ class CallableOp:
         except BaseException as e:
             _harness.record(e)  # the original, for the caller's `raise ... from`
             raise
+        if len(outs) != self.num_outputs:  # the op's schema has the first call's count
+            raise RuntimeError(
+                f"{function_name(self.func)} returned {len(outs)} tensor(s) on this call and "
+                f"{self.num_outputs} on the first: the outputs a check differentiates must be "
+                f"the same on every call (a lazily initialised module: call it once before)")
         if inside_no_grad:
             outs = [o.detach() for o in outs]
         return outs[0] if self.num_outputs == 1 else tuple(outs)

@@ -468,6 +468,19 @@ def test_a_backward_that_writes_into_its_grad_output_fails_naming_it():
     assert gc.gradcheck(torch.sin, (leaf(5),))  # its twin
 
 
+def test_a_function_whose_output_count_changes_after_the_first_call_fails():
+    # Before, the outputs past the first call's count were dropped, never differentiated.
+    calls = []
+
+    def grows(x):
+        calls.append(1)
+        return x.sin() if len(calls) == 1 else (x.sin(), 5 * x.cos())
+
+    passed, report = gc.check_callable(gc.gradcheck, grows, (leaf(4),))
+    assert not passed
+    assert "returned 2 tensor(s) on this call and 1 on the first" in str(report["failures"])
+
+
 class UnprintableError(Exception):
     def __str__(self):
         raise RuntimeError("str fails")
