@@ -111,14 +111,14 @@ def tensor_names(func: Callable, inputs: Sequence[Any],
     return names
 
 
-def written_input(originals: Sequence[Any], copies: Sequence[Any], names: Sequence[str]):
+def written_input(originals: Sequence[Any], copies: Sequence[torch.Tensor],
+                  names: Sequence[str]):
     """The first tensor that requires grad whose copy a call changed in place, as
-    (name, where, before, after) (where: "[i, j]" or "its shape"), or None. `copies` are
-    fresh_copies(originals) after the call; NaN counts as equal to NaN."""
-    pairs = [(o, c) for o, c in zip(pytree.tree_leaves(tuple(originals)),
-                                    pytree.tree_leaves(tuple(copies)))
-             if isinstance(o, torch.Tensor)]
-    for name, (o, c) in zip(names, pairs):
+    (name, where, before, after) (where: "[i, j]", "its value" (0-d) or "its shape or dtype"),
+    or None. `copies`: tensor_leaves(fresh_copies(originals)), taken before the call (by
+    identity: a function may append to, pop from or reorder its list arguments); NaN counts as
+    equal to NaN."""
+    for name, o, c in zip(names, tensor_leaves(tuple(originals)), copies):
         if not o.requires_grad:
             continue  # a buffer the function updates (running statistics) is its business
         before, after = o.detach(), c.detach()
@@ -128,10 +128,9 @@ def written_input(originals: Sequence[Any], copies: Sequence[Any], names: Sequen
         same = (before == after) | (before.isnan() & after.isnan()) if \
             before.is_floating_point() or before.is_complex() else before == after
         if not bool(same.all()):
-            index = [int(i) for i in (~same).nonzero()[0]]
-            where = "[" + ", ".join(map(str, index)) + "]"
-            return name, where, f"{before[tuple(index)].item():.6g}", \
-                f"{after[tuple(index)].item():.6g}"
+            index = tuple(int(i) for i in (~same).nonzero()[0])
+            where = "[" + ", ".join(map(str, index)) + "]" if index else "its value"
+            return name, where, f"{before[index].item():.6g}", f"{after[index].item():.6g}"
     return None
 
 
@@ -143,45 +142,66 @@ def _promoted(value):
         value.dtype in _LOWER else value
 
 
-def _float64_dtype(value):
-    return torch.float64 if value in _LOWER else value
-
-
 _LOWERING_METHODS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+_LOWER_TYPE_NAMES = {"torch.FloatTensor", "torch.HalfTensor", "torch.BFloat16Tensor"}
+
+
+def _is_float64(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
 
 
 class _Float64Run(TorchFunctionMode):
-    """The float64 run of a float32/float16/bfloat16 check computes in float64 throughout
-    (above autograd, so the backward autograd records is float64 too):
-    - a cast to float32, float16 or bfloat16 (.to(torch.float32), .float(), .half(),
-      .bfloat16(), a dtype= keyword, type_as a lower-precision tensor) gives float64: a function
-      that computes in float32 inside (x.to(torch.float32) ... .to(x.dtype), as LLaMA's RMSNorm
-      does) is float64 there too. Otherwise that run, the reference of the finite differences
-      and of the low-precision rule, is only float32-precise: finite differences at eps 1e-6
-      then err by about 6 %, RMSNorm failed in bfloat16, and a 10 % error in a backward passed;
+    """The float64 run of a float32/float16/bfloat16 check computes in float64 what the
+    function computes from its inputs (above autograd, so the backward autograd records is
+    float64 too):
+    - a cast of a float64 tensor (one computed from the inputs, which are float64 in this run)
+      to float32, float16 or bfloat16 (.to(torch.float32), .float(), .half(), .bfloat16(),
+      .type(torch.float16), type_as a lower-precision tensor, a dtype= keyword of a call given a
+      float64 tensor) stays float64: a function that computes in float32 inside
+      (x.to(torch.float32) ... .to(x.dtype), as LLaMA's RMSNorm does) is float64 there too.
+      Otherwise that run, the reference of the finite differences and of the low-precision
+      rule, is only float32-precise: finite differences at eps 1e-6 then err by about 6 %,
+      RMSNorm failed in bfloat16, and a 10 % error in a backward passed. A cast of anything
+      else (a constant: W.bfloat16(), a rounded weight) is the function's own and stays;
     - a call given float64 tensors and float32/16-bit ones (a module's parameters, which are not
-      the function's inputs) gets the latter in float64, by a differentiable cast (a bfloat16
-      nn.Linear raised "mat1 and mat2 must have the same dtype" there). Not for in-place
-      methods (name ending in _) and out= calls: their destination keeps its dtype."""
+      the function's inputs) gets the latter in float64, by a differentiable cast that keeps
+      their values (a bfloat16 nn.Linear raised "mat1 and mat2 must have the same dtype"
+      there). Not for in-place methods (name ending in _) and out= calls: their destination
+      keeps its dtype.
+    torch.autocast inside the function cannot be reproduced (it does not cast float64 tensors):
+    the run raises, saying so, and the check goes on as for a function without a float64 run
+    (float32: Ridders' extrapolation on the function itself; float16/bfloat16: no precise run,
+    a failure naming the reason). Bit reinterpretations (x.view(torch.int32)) are not seen."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _LOWERING_METHODS:
-            return torch.Tensor.double(*args)
-        if func is torch.Tensor.type_as:
-            return args[0] if args[0].dtype == torch.float64 else func(*args, **kwargs)
-        if func is torch.Tensor.to:
-            args = tuple(torch.float64 if a in _LOWER else
-                         _promoted(a) if isinstance(a, torch.Tensor) and k > 0 else a
-                         for k, a in enumerate(args))
-        if "dtype" in kwargs:
-            kwargs = dict(kwargs, dtype=_float64_dtype(kwargs["dtype"]))
+        if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
+            raise RuntimeError("torch.autocast is on inside the function: its rounding cannot be "
+                               "reproduced in a float64 run (autocast leaves float64 tensors as "
+                               "they are)")
+        source = args[0] if args else None
+        if _is_float64(source):
+            if func in _LOWERING_METHODS:
+                return torch.Tensor.double(source)
+            if func is torch.Tensor.type_as and isinstance(args[1], torch.Tensor) and \
+                    args[1].dtype in _LOWER:
+                return source
+            if func is torch.Tensor.type and args[1:] and (
+                    args[1] in _LOWER or args[1] in _LOWER_TYPE_NAMES):
+                return source
+            if func is torch.Tensor.to:
+                args = tuple(torch.float64 if a in _LOWER else
+                             _promoted(a) if isinstance(a, torch.Tensor) and k > 0 else a
+                             for k, a in enumerate(args))
+        flat = pytree.tree_leaves((args, kwargs))
+        if not any(_is_float64(v) for v in flat):
+            return func(*args, **kwargs)  # nothing computed from the inputs: the function's own
+        if kwargs.get("dtype") in _LOWER:
+            kwargs = dict(kwargs, dtype=torch.float64)
         name = getattr(func, "__name__", "")
-        if not name.endswith("_") and "out" not in kwargs:
-            flat = pytree.tree_leaves((args, kwargs))
-            if any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in flat) and \
-                    any(isinstance(v, torch.Tensor) and v.dtype in _LOWER for v in flat):
-                args, kwargs = pytree.tree_map(_promoted, (args, kwargs))
+        if not name.endswith("_") and "out" not in kwargs and \
+                any(isinstance(v, torch.Tensor) and v.dtype in _LOWER for v in flat):
+            args, kwargs = pytree.tree_map(_promoted, (args, kwargs))
         return func(*args, **kwargs)
 
 

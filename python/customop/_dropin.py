@@ -190,6 +190,7 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     inputs = _callable.as_tuple(inputs)
     name = _callable.function_name(func)
     copies = _callable.fresh_copies(inputs)
+    copy_leaves = _callable.tensor_leaves(copies)  # before the call: it may reorder a list
     report = None
     try:
         with torch.enable_grad():
@@ -198,7 +199,7 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     except Exception as e:  # noqa: BLE001 -- the function's own error is the report
         report = _forward_error_report(name, e)
     else:
-        written = _callable.written_input(inputs, copies,
+        written = _callable.written_input(inputs, copy_leaves,
                                           _callable.tensor_names(func, inputs, top_names))
         if written is not None:
             report = _written_input_report(name, *written)
@@ -218,6 +219,10 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
             if len(probe) > 1:
                 opts["return_names"] = _callable.output_names(probe_value)
             report = _harness.run(op.name, list(op.tensors), opts)
+            report["notes"] = [
+                "mutation: the inputs that require grad checked for writes (one call on copies); "
+                "the schema audit is off (a generated schema)" if n.startswith("mutation: not")
+                else n for n in report.get("notes", [])]
         if check_forward_ad:
             failures = _forward_ad_check.check(func, inputs, top_names, fast_mode,
                                                int(opts.get("seed", 0)))

@@ -429,6 +429,19 @@ def test_a_write_into_an_input_requiring_grad_fails_naming_it():
         gc.gradcheck(bumps, (leaf(4, 5),))
 
 
+def test_reordering_or_growing_a_list_argument_is_not_a_write():
+    def appends(cache, x):
+        cache.append(x.detach().sin())
+        return x.sin()
+
+    def reverses(xs):
+        xs.reverse()
+        return xs[0] * xs[1].exp()
+
+    assert gc.gradcheck(appends, ([], leaf(3)))
+    assert gc.gradcheck(reverses, ([leaf(3), leaf(3, seed=1)],))
+
+
 def test_a_write_into_a_buffer_that_does_not_require_grad_passes():
     def with_running_mean(x, running):  # as batch norm's training mode updates its statistics
         running.mul_(0.9).add_(0.1 * x.detach().mean(0))
@@ -466,6 +479,23 @@ def test_a_backward_that_writes_into_its_grad_output_fails_naming_it():
         assert "wrote into the grad_output of output 0" in failure["headline"]
         assert "contiguous" not in failure["detail"]
     assert gc.gradcheck(torch.sin, (leaf(5),))  # its twin
+
+    class ScalesItsScalarGrad(torch.autograd.Function):  # a 0-d loss: the commonest output
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return (x * x).sum()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g.mul_(2) * x
+
+    passed, report = gc.check_callable(gc.gradcheck, ScalesItsScalarGrad.apply, (leaf(5),))
+    assert not passed
+    # (also a reentrancy failure: the second backward scales the already scaled grad)
+    assert any(f["check"] == "mutation" and "its value was" in f["detail"]
+               for f in report["failures"]), report["failures"]
 
 
 def test_a_function_whose_output_count_changes_after_the_first_call_fails():

@@ -259,3 +259,15 @@ def test_a_module_whose_parameters_are_not_inputs_runs_in_float64_too():
     x = leaf(3, 8).detach().to(torch.bfloat16).requires_grad_(True)
     assert gc.gradcheck(linear, (x,))
     assert gc.gradcheck(lambda x: torch.tanh(linear(x)), (x,))
+
+
+def test_the_float64_run_keeps_the_functions_own_roundings_and_integer_casts():
+    # A constant rounded on purpose (a bfloat16 weight) keeps its rounding in the float64 run,
+    # and type_as/.type to an integer or to a lower precision behave as the function says.
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    index = torch.zeros(1, dtype=torch.long)
+    x = leaf(2, 4).detach().float().requires_grad_(True)
+    assert gc.gradcheck(lambda x: x @ w.bfloat16().to(x.dtype), (x,))
+    assert gc.gradcheck(lambda x: x * (x.detach() * 3).type_as(index), (x,))
+    assert gc.gradcheck(lambda x: x.type(torch.float16).float() * 3, (x,))

@@ -141,18 +141,21 @@ class LayoutCheck {
       const at::Tensor changed = gs_[i].ne(given[i]).logical_and_(
           gs_[i].isnan().logical_and_(given[i].isnan()).logical_not_());
       if (!changed.any().item<bool>()) continue;
-      const at::Tensor first = changed.nonzero()[0].to(at::kCPU).contiguous();
-      const std::vector<int64_t> where(first.data_ptr<int64_t>(),
-                                       first.data_ptr<int64_t>() + first.numel());
-      std::vector<at::indexing::TensorIndex> index(where.begin(), where.end());
+      // The first changed element: its flat position, and its index (none for a 0-d grad).
+      const int64_t flat = changed.reshape(-1).nonzero()[0][0].item<int64_t>();
+      std::vector<int64_t> where(static_cast<std::size_t>(changed.dim()));
+      for (int64_t d = changed.dim() - 1, rest = flat; d >= 0; --d) {
+        where[static_cast<std::size_t>(d)] = rest % changed.size(d);
+        rest /= changed.size(d);
+      }
       const std::string out = out_name(c_.diff[i]);
       add_failure(
           r_, Check::kMutation, false, static_cast<int>(i), -1,
           "the backward wrote into the grad_output of output " + std::to_string(i) + " ('" + out +
               "') it was given",
-          "  element " + format_index(where) + " was " +
-              std::to_string(given[i].index(index).item<double>()) + ", is " +
-              std::to_string(gs_[i].index(index).item<double>()) +
+          "  " + (where.empty() ? std::string("its value") : "element " + format_index(where)) +
+              " was " + std::to_string(given[i].reshape(-1)[flat].item<double>()) + ", is " +
+              std::to_string(gs_[i].reshape(-1)[flat].item<double>()) +
               " after backward\n  torch passes the caller's grad_outputs to backward itself "
               "(torch.autograd.grad(y, x, v) hands it v), so an in-place op on the incoming grad "
               "changes the caller's tensor: compute into a new one (g * ..., not g.mul_(...))");
