@@ -162,7 +162,8 @@ inline at::vec::Vectorized<float> gelu_erf_derivative_f32(at::vec::Vectorized<fl
   const Vec e = gaussian_f32(s);
   const Vec m = at::vec::clamp_max(s.abs(), Vec(16.0F));
   const Vec w = m / (m + Vec(4.3170085F));  // K = sqrt(2) / 0.3275911
-  Vec p(0.530702710F);  // -P(w), its sign flipped below where s < 0
+  // -P(w), its sign flipped below where s < 0
+  Vec p(0.530702710F);
   p = at::vec::fmadd(p, w, Vec(-1.92693758F));
   p = at::vec::fmadd(p, w, Vec(3.11142993F));
   p = at::vec::fmadd(p, w, Vec(-2.93744326F));
