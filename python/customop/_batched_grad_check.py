@@ -119,10 +119,11 @@ def check(func: Callable, inputs, top_names, seed: int, forward: bool) -> list[d
         return (_compare(kind, "the value of", got_out, want_out, out_names, rtol_of)
                 or _compare(kind, "the grad of", got, want, names, rtol_of))
     except Exception as e:  # noqa: BLE001 -- the function's (or a rule's) error is the report
+        first_line = (_errors.text(e).splitlines() or [""])[0]
         if "setup_context" in _errors.text(e):
             raise NotImplementedError(
                 f"customop.gradcheck.gradcheck({_callable.function_name(func)}): {kind} runs "
                 f"torch.func.vmap over the function, which cannot run its autograd.Function "
-                f"(it needs a setup_context staticmethod): {_errors.text(e).splitlines()[0]}") from e
+                f"(it needs a setup_context staticmethod): {first_line}") from e
         return [_failure(kind, f"{kind}: the function raised under vmap",
-                         f"  {type(e).__name__}: {_errors.text(e).splitlines()[0][:400]}", -1)]
+                         f"  {type(e).__name__}: {first_line[:400]}", -1)]

@@ -142,7 +142,8 @@ def check_shape_lock(op, args: list, arg_names: list[str]) -> dict:
         with fake_tensor_log_off(), mode, torch.no_grad():
             op(*positional, **keywords)
     except Exception as e:  # noqa: BLE001 -- the op's error is the report
-        text = _errors.text(e).strip().splitlines()[0] if _errors.text(e).strip() else type(e).__name__
+        text = _errors.text(e).strip()
+        text = text.splitlines()[0] if text else type(e).__name__
         if no_fake_kernel(e):
             return {"passed": True, "not_run": "the op has no fake kernel"}
         return {"passed": False, "symbols": len(symbols), "locked": [],

@@ -29,10 +29,9 @@ from __future__ import annotations
 import torch
 from torch.func import hessian, jacfwd, jacrev, jvp, vjp, vmap
 
+from . import _errors
 from ._op_call import map_tensors, randn_like, split_call, written_positions
 from ._quiet import preload_forward_ad
-
-from . import _errors
 
 _RTOL = {torch.float64: 1e-7, torch.float32: 1e-3}
 _SAME_RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
