@@ -1,8 +1,8 @@
 // CPU kernel of customop::clamp_count_backward: grad_input = g where lo <= x <= hi, else 0
 // (NaN compares false: 0), one pass over g and x, vectorized (at::vec::Vectorized, compares in
 // acc_t), chunks of whole 1024-element blocks spread with at::parallel_for; grad_input by
-// non-temporal stores past half the last-level cache (cpu::stream_stores). Built once per
-// instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
+// non-temporal stores as cpu/stream_choice.h decides. Built once per instruction set
+// (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
 #include "cpu/vec_io.h"
@@ -26,7 +26,7 @@ struct ClampCountBackwardCpuParams {
   double min;             // lower bound (rounded to dtype here)
   double max;             // upper bound (rounded to dtype here), >= min
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
-  bool stream = false;    // grad_input by non-temporal stores (cpu::stream_stores)
+  bool stream = false;    // grad_input by non-temporal stores (cpu/stream_choice.h)
 };
 
 CUSTOMOP_CPU_DECLARE(void clamp_count_backward_kernel(const ClampCountBackwardCpuParams& p))
@@ -84,6 +84,7 @@ void clamp_count_backward_kernel(const ClampCountBackwardCpuParams& p) {
 
 #if defined(CUSTOMOP_CPU_ENTRY)
 
+#include "cpu/stream_choice.h"
 #include "detail/clamp_count.h"
 
 namespace customop::ops::detail {
@@ -91,14 +92,17 @@ namespace customop::ops::detail {
 void clamp_count_backward_cpu(const ClampCountBackwardArgs& a, const at::Tensor& out) {
   const at::Tensor g = a.grad.contiguous();
   const at::Tensor x = a.input.contiguous();
-  const cpu::ClampCountBackwardCpuParams p{
+  cpu::ClampCountBackwardCpuParams p{
       g.const_data_ptr(), x.const_data_ptr(), out.mutable_data_ptr(), x.numel(), a.min, a.max,
-      x.scalar_type(),
-      // g and x read, grad_input written
-      cpu::stream_stores(3 * x.numel() * static_cast<int64_t>(x.element_size()))};
-  if (p.numel > 0) {
-    [&] { CUSTOMOP_CPU_DISPATCH(clamp_count_backward_kernel, p) }();
-  }
+      x.scalar_type()};
+  if (p.numel == 0) return;
+  // g and x read, grad_input written
+  static cpu::StreamChoice choice(cpu::stream_rule());
+  cpu::timed_stream_call(choice, cpu::stream_footprint(3, x.numel(), x.scalar_type()),
+                         [&](bool stream) {
+                           p.stream = stream;
+                           CUSTOMOP_CPU_DISPATCH(clamp_count_backward_kernel, p)
+                         });
 }
 
 }  // namespace customop::ops::detail

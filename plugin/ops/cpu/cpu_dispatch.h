@@ -29,21 +29,16 @@ enum class Capability { kDefault, kAvx2, kAvx512 };
 /// ATEN_CPU_CAPABILITY=default|avx2|avx512), capped at the builds compiled in. Cached.
 Capability capability();
 
-/// True when a kernel call that reads and writes `footprint` bytes in all should write its
-/// outputs with non-temporal stores (VecIO::store_stream, cpu/vec_io.h): when the footprint is
-/// larger than half the last-level cache, so the outputs would mostly be evicted before anyone
-/// reads them and their lines' reads for ownership only cost memory bandwidth (a third of the
-/// traffic of a kernel that reads one tensor and writes one, a quarter where it reads two).
-/// Half, not all of it: the other cores' data and the rest of the process share that cache
-/// (rms_norm's forward at 16 MiB float32, a 32 MiB footprint on this project's 32 MiB-L3 AMD
-/// EPYC, 9 alternated runs: 92-132 % of copy_ streamed, 48-154 % (median 63 %) not).
-/// NB: VecIO::store_stream streams vectors at aligned addresses only; the kernels split their
-/// work so that chunks start on a vector boundary, but a row that does not (a row length that
-/// is not a multiple of the vector) is stored as usual.
-/// The threshold: CUSTOMOP_CPU_STREAM_BYTES (digits only; 0 streams every call; read once),
-/// else half the size of the highest cache level of cpu0 in /sys/devices/system/cpu/cpu0/cache,
-/// else half of sysconf(_SC_LEVEL3_CACHE_SIZE), else 16 MiB. Cached; thread-safe.
-bool stream_stores(int64_t footprint);
+/// The footprint a kernel call passes to its StreamChoice (cpu/stream_choice.h), in bytes:
+/// `tensors` tensors (read + written) of `numel` elements of `dtype`, or 0 where none of its
+/// stores would stream: float16/bfloat16 outputs (widened
+/// stores, VecIO::store_stream stores them as usual) and the default build (no vector stream
+/// instruction). A 0 keeps such calls out of the streamed calls' timing statistics.
+inline int64_t stream_footprint(int64_t tensors, int64_t numel, c10::ScalarType dtype) {
+  const bool reduced = dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16;
+  if (reduced || capability() == Capability::kDefault) return 0;
+  return tensors * numel * static_cast<int64_t>(c10::elementSize(dtype));
+}
 
 /// True when this CPU has AVX512_BF16 (cpuid leaf 7, subleaf 1, EAX bit 5: one-instruction
 /// float32 -> bfloat16 rounding, vcvtne2ps2bf16) and CUSTOMOP_CPU_AVX512_BF16 is not "0" (the

@@ -1,7 +1,7 @@
 // CPU kernel of customop::masked_softmax_backward: grad_input = y * (g - sum(g * y, dim)).
 // inner == 1 (the softmax over the last dim): per row, one vectorized pass summing g y, one
 // writing y (g - s); the row stays in cache between them, so g and y are read from memory once;
-// grad_input by non-temporal stores past half the last-level cache (cpu::stream_stores).
+// grad_input by non-temporal stores as cpu/stream_choice.h decides from the call's footprint.
 // inner > 1: the same two passes over tiles of columns of a [size, inner] block, vectorized
 // along inner, the tile sized so that its g and y stay in cache for the second pass.
 // float16/bfloat16 compute in float32 and round once. Rows / tiles are spread with
@@ -31,7 +31,7 @@ struct MaskedSoftmaxBackwardCpuParams {
   int64_t size;           // length of dim
   int64_t inner;          // product of the dims after dim
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (computes in acc_t)
-  bool stream = false;    // grad_input by non-temporal stores, inner == 1 (cpu::stream_stores)
+  bool stream = false;    // grad_input by non-temporal stores, inner == 1 (cpu/stream_choice.h)
 };
 
 CUSTOMOP_CPU_DECLARE(void masked_softmax_backward_kernel(const MaskedSoftmaxBackwardCpuParams& p))
@@ -188,6 +188,7 @@ void masked_softmax_backward_kernel(const MaskedSoftmaxBackwardCpuParams& p) {
 
 #if defined(CUSTOMOP_CPU_ENTRY)
 
+#include "cpu/stream_choice.h"
 #include "detail/checks.h"
 #include "detail/masked_softmax.h"
 
@@ -199,14 +200,17 @@ void masked_softmax_backward_cpu(const MaskedSoftmaxBackwardArgs& a, const at::T
   const at::Tensor g = a.grad.contiguous();
   const at::Tensor y = a.output.contiguous();
   const auto s = split_at_dim(y.sizes(), dim);
-  const cpu::MaskedSoftmaxBackwardCpuParams p{
+  cpu::MaskedSoftmaxBackwardCpuParams p{
       g.const_data_ptr(), y.const_data_ptr(), out.mutable_data_ptr(), s.outer, s.size, s.inner,
-      y.scalar_type(),
-      // g and y read, grad_input written
-      cpu::stream_stores(3 * y.numel() * static_cast<int64_t>(y.element_size()))};
-  if (y.numel() > 0) {
-    [&] { CUSTOMOP_CPU_DISPATCH(masked_softmax_backward_kernel, p) }();
-  }
+      y.scalar_type()};
+  if (y.numel() == 0) return;
+  // g and y read, grad_input written; only the inner == 1 kernel streams.
+  static cpu::StreamChoice choice(cpu::stream_rule());
+  const int64_t footprint = s.inner == 1 ? cpu::stream_footprint(3, y.numel(), y.scalar_type()) : 0;
+  cpu::timed_stream_call(choice, footprint, [&](bool stream) {
+    p.stream = stream;
+    CUSTOMOP_CPU_DISPATCH(masked_softmax_backward_kernel, p)
+  });
 }
 
 }  // namespace customop::ops::detail

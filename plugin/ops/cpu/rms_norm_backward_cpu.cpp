@@ -3,8 +3,8 @@
 // c = r^3 mean(g w x); pass 2 writes grad_input = r g w - c x and adds g x r to grad_weight's
 // column sums (cpu/row_sums.h: chunks of whole rows over the threads, deterministic for a given
 // thread count). One read of g and x and one write of grad_input from memory, where the ATen
-// formula made eleven passes. grad_input goes out by non-temporal stores when the call's
-// footprint exceeds half the last-level cache (cpu::stream_stores). Vectorized
+// formula made eleven passes. grad_input goes out by non-temporal stores as cpu/stream_choice.h
+// decides from the call's footprint. Vectorized
 // (at::vec::Vectorized); built once per instruction set (cpu/cpu_dispatch.h); the default build
 // holds the entry.
 
@@ -35,7 +35,7 @@ struct RmsNormBackwardCpuParams {
   int64_t cols;           // D
   double eps;             // added to mean(x^2)
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (computes in acc_t)
-  bool stream = false;    // grad_input by non-temporal stores (cpu::stream_stores)
+  bool stream = false;    // grad_input by non-temporal stores (cpu/stream_choice.h)
 };
 
 CUSTOMOP_CPU_DECLARE(void rms_norm_backward_kernel(const RmsNormBackwardCpuParams& p))
@@ -155,6 +155,7 @@ void rms_norm_backward_kernel(const RmsNormBackwardCpuParams& p) {
 
 #if defined(CUSTOMOP_CPU_ENTRY)
 
+#include "cpu/stream_choice.h"
 #include "detail/rms_norm.h"
 
 namespace customop::ops::detail {
@@ -171,12 +172,22 @@ void rms_norm_backward_cpu(const RmsNormBackwardArgs& a, const RmsNormBackwardRe
     grad_weight.zero_();  // no rows: the sum over them is 0
     return;
   }
-  const cpu::RmsNormBackwardCpuParams p{
-      g.const_data_ptr(), x.const_data_ptr(), w.const_data_ptr(), grad_input.mutable_data_ptr(),
-      grad_weight.mutable_data_ptr(), x.numel() / d, d, a.eps, x.scalar_type(),
-      // g and x read, grad_input written
-      cpu::stream_stores(3 * x.numel() * static_cast<int64_t>(x.element_size()))};
-  [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_backward_kernel, p) }();
+  cpu::RmsNormBackwardCpuParams p{g.const_data_ptr(),
+                                  x.const_data_ptr(),
+                                  w.const_data_ptr(),
+                                  grad_input.mutable_data_ptr(),
+                                  grad_weight.mutable_data_ptr(),
+                                  x.numel() / d,
+                                  d,
+                                  a.eps,
+                                  x.scalar_type()};
+  // g and x read, grad_input written
+  static cpu::StreamChoice choice(cpu::stream_rule());
+  cpu::timed_stream_call(choice, cpu::stream_footprint(3, x.numel(), x.scalar_type()),
+                         [&](bool stream) {
+                           p.stream = stream;
+                           CUSTOMOP_CPU_DISPATCH(rms_norm_backward_kernel, p)
+                         });
 }
 
 }  // namespace customop::ops::detail

@@ -1,7 +1,7 @@
 // CPU kernel of customop::rms_norm: one pass over each row for sum(x^2), one to write
 // y = (x * r) * w, vectorized (at::vec::Vectorized), rows spread with at::parallel_for; y by
-// non-temporal stores when the call's footprint exceeds half the last-level cache
-// (cpu::stream_stores; not in place, and only rows that start on a vector boundary).
+// non-temporal stores as cpu/stream_choice.h decides from the call's footprint (not in place,
+// and only rows that start on a vector boundary).
 // float16/bfloat16 rows are widened to float32 as they are read (cpu/vec_io.h): sum(x^2), r
 // and the products are float32, y is rounded once.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
@@ -28,7 +28,7 @@ struct RmsNormCpuParams {
   int64_t cols;           // D
   double eps;             // added to mean(x^2)
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16 (accumulates in acc_t)
-  bool stream = false;    // y by non-temporal stores (cpu::stream_stores)
+  bool stream = false;    // y by non-temporal stores (cpu/stream_choice.h)
 };
 
 CUSTOMOP_CPU_DECLARE(void rms_norm_kernel(const RmsNormCpuParams& p))
@@ -118,6 +118,7 @@ void rms_norm_kernel(const RmsNormCpuParams& p) {
 
 #if defined(CUSTOMOP_CPU_ENTRY)
 
+#include "cpu/stream_choice.h"
 #include "detail/rms_norm.h"
 
 #include <ATen/ops/empty.h>
@@ -128,17 +129,24 @@ void rms_norm_cpu(const RmsNormArgs& a, const at::Tensor& y) {
   const at::Tensor x = a.input.contiguous();
   const at::Tensor w = a.weight.contiguous();
   const int64_t d = x.size(-1);
-  const cpu::RmsNormCpuParams p{
-      x.const_data_ptr(), w.const_data_ptr(), y.mutable_data_ptr(), d == 0 ? 0 : x.numel() / d, d,
-      a.eps, x.scalar_type(),
-      // x read, y written (the weight's one row aside). NB: not in place (rms_norm_ writes x
-      // itself): each row's lines are then in cache from the first pass, there is no read for
-      // ownership to save, and streaming would only evict them.
-      !y.is_alias_of(x) &&
-          cpu::stream_stores(2 * x.numel() * static_cast<int64_t>(x.element_size()))};
-  if (p.rows > 0) {
-    [&] { CUSTOMOP_CPU_DISPATCH(rms_norm_kernel, p) }();
-  }
+  cpu::RmsNormCpuParams p{x.const_data_ptr(),
+                          w.const_data_ptr(),
+                          y.mutable_data_ptr(),
+                          d == 0 ? 0 : x.numel() / d,
+                          d,
+                          a.eps,
+                          x.scalar_type()};
+  if (p.rows == 0) return;
+  // x read, y written (the weight's one row aside). NB: never in place (rms_norm_ writes x
+  // itself): each row's lines are then in cache from the first pass, there is no read for
+  // ownership to save, and streaming would only evict them.
+  static cpu::StreamChoice choice(cpu::stream_rule());
+  const int64_t footprint =
+      y.is_alias_of(x) ? 0 : cpu::stream_footprint(2, x.numel(), x.scalar_type());
+  cpu::timed_stream_call(choice, footprint, [&](bool stream) {
+    p.stream = stream;
+    CUSTOMOP_CPU_DISPATCH(rms_norm_kernel, p)
+  });
 }
 
 }  // namespace customop::ops::detail

@@ -156,7 +156,7 @@ struct VecIO {
   /// As store(v, p), as a non-temporal store (straight to memory: no read for ownership of the
   /// line, no cache line taken) where T is float or double and p is aligned to the vector
   /// (AVX2 and AVX-512 builds); else store(v, p). For outputs that would not stay in cache
-  /// anyway (stream_stores() in cpu/cpu_dispatch.h). NB: a thread's streamed stores are
+  /// anyway (cpu/stream_choice.h). NB: a thread's streamed stores are
   /// weakly ordered: it calls stream_fence() before another thread may read them.
   static void store_stream(const Vec& v, T* p) {
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)

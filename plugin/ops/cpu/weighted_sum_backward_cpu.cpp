@@ -1,8 +1,8 @@
 // CPU kernel of customop::weighted_sum_backward: out_k = w_k * g for k < K, one read of g:
 // chunks of whole blocks of g (at::parallel_for; each block starts on a vector boundary) that
 // stay in L1 while each of the K outputs takes its block, vectorized (at::vec::Vectorized;
-// float16/bfloat16 in float32, rounded once); the outputs by non-temporal stores when the
-// call's footprint exceeds half the last-level cache (cpu::stream_stores).
+// float16/bfloat16 in float32, rounded once); the outputs by non-temporal stores as
+// cpu/stream_choice.h decides from the call's footprint.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
@@ -28,7 +28,7 @@ struct WeightedSumBackwardCpuParams {
   int64_t k;              // K >= 1
   int64_t numel;          // elements of grad
   c10::ScalarType dtype;  // kDouble, kFloat, kHalf, kBFloat16
-  bool stream = false;    // the outputs by non-temporal stores (cpu::stream_stores)
+  bool stream = false;    // the outputs by non-temporal stores (cpu/stream_choice.h)
 };
 
 CUSTOMOP_CPU_DECLARE(void weighted_sum_backward_kernel(const WeightedSumBackwardCpuParams& p))
@@ -81,6 +81,7 @@ void weighted_sum_backward_kernel(const WeightedSumBackwardCpuParams& p) {
 
 #if defined(CUSTOMOP_CPU_ENTRY)
 
+#include "cpu/stream_choice.h"
 #include "detail/weighted_sum.h"
 
 #include <customop/cpu_cache.h>
@@ -102,13 +103,16 @@ std::vector<at::Tensor> weighted_sum_backward_cpu(const WeightedSumBackwardArgs&
   ptrs.reserve(out.size());
   for (auto& t : out) ptrs.push_back(t.mutable_data_ptr());
   const auto k = static_cast<int64_t>(a.weights.size());
-  const cpu::WeightedSumBackwardCpuParams p{
-      g.const_data_ptr(), ptrs.data(), a.weights.data(), k, g.numel(), g.scalar_type(),
-      // g read, K outputs written
-      cpu::stream_stores((k + 1) * g.numel() * static_cast<int64_t>(g.element_size()))};
-  if (p.numel > 0) {
-    [&] { CUSTOMOP_CPU_DISPATCH(weighted_sum_backward_kernel, p) }();
-  }
+  cpu::WeightedSumBackwardCpuParams p{g.const_data_ptr(), ptrs.data(),    a.weights.data(), k,
+                                      g.numel(),          g.scalar_type()};
+  if (p.numel == 0) return out;
+  // g read, K outputs written
+  static cpu::StreamChoice choice(cpu::stream_rule());
+  cpu::timed_stream_call(choice, cpu::stream_footprint(k + 1, g.numel(), g.scalar_type()),
+                         [&](bool stream) {
+                           p.stream = stream;
+                           CUSTOMOP_CPU_DISPATCH(weighted_sum_backward_kernel, p)
+                         });
   return out;
 }
 

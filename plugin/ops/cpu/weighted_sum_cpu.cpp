@@ -2,8 +2,7 @@
 // The output is built block by block (a block of the sum stays in L1 while the K inputs are
 // added to it; y is written once), vectorized with at::vec::Vectorized; blocks are spread with
 // at::parallel_for (whole blocks per task, so each starts on a vector boundary); y by
-// non-temporal stores when the call's footprint exceeds half the last-level cache
-// (cpu::stream_stores).
+// non-temporal stores as cpu/stream_choice.h decides from the call's footprint.
 // Built once per instruction set (cpu/cpu_dispatch.h); the default build holds the entry.
 
 #include "cpu/cpu_dispatch.h"
@@ -26,7 +25,7 @@ struct WeightedSumCpuParams {
   int64_t k;                  // K >= 1
   int64_t numel;              // elements per tensor
   c10::ScalarType dtype;      // kDouble, kFloat, kHalf, kBFloat16 (accumulates in acc_t)
-  bool stream = false;        // the output by non-temporal stores (cpu::stream_stores)
+  bool stream = false;        // the output by non-temporal stores (cpu/stream_choice.h)
 };
 
 CUSTOMOP_CPU_DECLARE(void weighted_sum_kernel(const WeightedSumCpuParams& p))
@@ -113,6 +112,7 @@ void weighted_sum_kernel(const WeightedSumCpuParams& p) {
 
 #if defined(CUSTOMOP_CPU_ENTRY)
 
+#include "cpu/stream_choice.h"
 #include "detail/weighted_sum.h"
 
 #include <ATen/ops/empty.h>
@@ -130,15 +130,17 @@ void weighted_sum_cpu(const WeightedSumArgs& a, const at::Tensor& y) {
     xs.push_back(t.contiguous());
     ptrs.push_back(xs.back().const_data_ptr());
   }
-  const cpu::WeightedSumCpuParams p{
+  cpu::WeightedSumCpuParams p{
       ptrs.data(), a.weights.data(), y.mutable_data_ptr(), static_cast<int64_t>(xs.size()),
-      y.numel(), y.scalar_type(),
-      // K inputs read, y written
-      cpu::stream_stores((static_cast<int64_t>(xs.size()) + 1) * y.numel() *
-                         static_cast<int64_t>(y.element_size()))};
-  if (p.numel > 0) {
-    [&] { CUSTOMOP_CPU_DISPATCH(weighted_sum_kernel, p) }();
-  }
+      y.numel(),   y.scalar_type()};
+  if (p.numel == 0) return;
+  // K inputs read, y written
+  static cpu::StreamChoice choice(cpu::stream_rule());
+  cpu::timed_stream_call(choice, cpu::stream_footprint(p.k + 1, y.numel(), y.scalar_type()),
+                         [&](bool stream) {
+                           p.stream = stream;
+                           CUSTOMOP_CPU_DISPATCH(weighted_sum_kernel, p)
+                         });
 }
 
 }  // namespace customop::ops::detail
