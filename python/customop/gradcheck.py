@@ -92,9 +92,15 @@ def _bind(name: str, sample) -> tuple[list, list[str] | None]:
                              f"schema, and no op '{name}' is registered") from None
         return args, None  # the C++ side names the missing op
     params = schema.arguments
-    if len(args) > len(params):
-        raise ValueError(f"customop.gradcheck.check({name}): expected at most {len(params)} "
-                         f"arguments ({schema}), got {len(args)} positional ones")
+    # NB: a schema's keyword-only arguments (after its "*") all follow the positional ones.
+    positional = sum(1 for p in params if not p.kwarg_only)
+    if len(args) > positional:
+        keyword_only = [p.name for p in params if p.kwarg_only]
+        hint = (f"; {', '.join(repr(k) for k in keyword_only)} "
+                f"{'is' if len(keyword_only) == 1 else 'are'} keyword-only: pass "
+                f"{'it' if len(keyword_only) == 1 else 'them'} by name" if keyword_only else "")
+        raise ValueError(f"customop.gradcheck.check({name}): expected at most {positional} "
+                         f"positional arguments ({schema}), got {len(args)}{hint}")
     unknown = sorted(set(kwargs) - {p.name for p in params})
     if unknown:
         raise ValueError(f"customop.gradcheck.check({name}): no argument named "

@@ -238,6 +238,19 @@ def test_gradcheck_catches_the_planted_backward_bug_naming_the_argument_and_elem
         customop.gradcheck.assert_gradcheck(CUBE_BUGGY, _cube_samples())
 
 
+def test_check_refuses_a_keyword_only_argument_given_by_position():
+    # aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1): a third positional value
+    # must not become alpha (add(x, y, 2) raises in torch too).
+    x = torch.randn(3, dtype=F64, requires_grad=True)
+    y = torch.randn(3, dtype=F64, requires_grad=True)
+    with pytest.raises(ValueError, match=r"expected at most 2 positional arguments .*got 3; "
+                                         r"'alpha' is keyword-only: pass it by name"):
+        customop.gradcheck.check("aten::add.Tensor", [(x, y, 2.0)])
+    (report,) = customop.gradcheck.check("aten::add.Tensor",
+                                         [customop.gradcheck.Sample(x, y, alpha=2.0)])
+    assert report["passed"], customop.gradcheck.format_failure(report)
+
+
 def test_gradcheck_runs_on_customops_own_ops_and_refuses_bad_samples():
     x = torch.randn(4, 8, dtype=F64).requires_grad_()
     w = (torch.rand(8, dtype=F64) + 0.5).requires_grad_()
@@ -245,7 +258,7 @@ def test_gradcheck_runs_on_customops_own_ops_and_refuses_bad_samples():
     assert report["passed"], customop.gradcheck.format_failure(report)
     (report,) = customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w)])  # eps's default
     assert report["passed"], customop.gradcheck.format_failure(report)
-    with pytest.raises(ValueError, match="expected at most 3 arguments"):
+    with pytest.raises(ValueError, match="expected at most 3 positional arguments"):
         customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6, 1)])
     with pytest.raises(ValueError, match="unknown option 'tolerance'"):
         customop.gradcheck.check(torch.ops.customop.rms_norm, [(x, w, 1e-6)], tolerance=1)
