@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -74,30 +75,54 @@ TEST(StreamChoice, WarmUpRunsABurstOfEachAndMeasuresItsLastCalls) {
   }
 }
 
-TEST(StreamChoice, KeepsTheCheaperChoiceAndExploresTheOtherOncePerPeriod) {
+// Lengths of the runs of equal decisions, in order.
+std::vector<std::pair<bool, int>> runs_of(const std::vector<bool>& d) {
+  std::vector<std::pair<bool, int>> runs;
+  for (const bool v : d) {
+    if (runs.empty() || runs.back().first != v) runs.emplace_back(v, 0);
+    ++runs.back().second;
+  }
+  return runs;
+}
+
+TEST(StreamChoice, KeepsTheCheaperChoiceAndExploresTheOtherLessOftenWhileItStays) {
   StreamChoice choice({kT, true});
   const int64_t fp = 3 * kT;
   run_calls(choice, fp, 2 * StreamChoice::kBurst, 1.0, 2.0);  // warm-up
   EXPECT_DOUBLE_EQ(choice.cost(1, true), 1.0);
   EXPECT_DOUBLE_EQ(choice.cost(1, false), 2.0);
   std::vector<bool> d;
-  const int periods = 3;
-  const int streamed = run_calls(choice, fp, periods * StreamChoice::kPeriod, 1.0, 2.0, &d);
-  EXPECT_EQ(streamed, periods * static_cast<int>(StreamChoice::kPeriod - StreamChoice::kBurst));
-  for (uint32_t i = 0; i < d.size(); ++i) {
-    ASSERT_EQ(d[i], i % StreamChoice::kPeriod < StreamChoice::kPeriod - StreamChoice::kBurst)
-        << "call " << i;
+  run_calls(choice, fp, 16000, 1.0, 2.0, &d);
+  // Periods of 256, 512, ..., 4096 calls, each ending with a burst of 16 plain-store calls.
+  const auto burst = static_cast<int>(StreamChoice::kBurst);
+  const std::vector<std::pair<bool, int>> expected = {
+      {true, 256 - burst},  {false, burst}, {true, 512 - burst},  {false, burst},
+      {true, 1024 - burst}, {false, burst}, {true, 2048 - burst}, {false, burst},
+      {true, 4096 - burst}, {false, burst}, {true, 4096 - burst}, {false, burst}};
+  const auto runs = runs_of(d);
+  ASSERT_GE(runs.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(runs[i], expected[i]) << "run " << i;
   }
 }
 
-TEST(StreamChoice, SwitchesWithinTwoPeriodsWhenTheMachineChanges) {
+TEST(StreamChoice, SwitchesWithinALongPeriodWhenTheMachineChangesAndExploresSoonAfter) {
   StreamChoice choice({kT, true});
   const int64_t fp = 5 * kT;
-  run_calls(choice, fp, 2 * StreamChoice::kBurst + 4 * StreamChoice::kPeriod, 1.0, 2.0);
-  // Now plain stores are the cheaper: after two periods every call but the bursts stores.
-  run_calls(choice, fp, 2 * StreamChoice::kPeriod, 3.0, 2.0);
-  const int streamed = run_calls(choice, fp, StreamChoice::kPeriod, 3.0, 2.0);
-  EXPECT_EQ(streamed, static_cast<int>(StreamChoice::kBurst));  // the burst keeps measuring
+  run_calls(choice, fp, 20000, 1.0, 2.0);  // periods at their longest
+  // Now plain stores are the cheaper: the faster choice's next window sees it.
+  std::vector<bool> d;
+  run_calls(choice, fp, 3 * StreamChoice::kMaxPeriod, 4.0, 2.0, &d);
+  const auto runs = runs_of(d);
+  size_t i = 0;
+  int at = 0;
+  while (i < runs.size() && (runs[i].first || runs[i].second < 64)) at += runs[i++].second;
+  ASSERT_LT(i, runs.size()) << "never settled on plain stores";
+  EXPECT_LE(at, static_cast<int>(StreamChoice::kMaxPeriod + StreamChoice::kBurst));
+  // A change resets the period: the next burst of streaming comes within kPeriod calls.
+  EXPECT_LE(runs[i].second, static_cast<int>(StreamChoice::kPeriod));
+  ASSERT_LT(i + 1, runs.size());
+  EXPECT_EQ(runs[i + 1], std::make_pair(true, static_cast<int>(StreamChoice::kBurst)));
   EXPECT_LT(choice.cost(2, false), choice.cost(2, true));
 }
 
@@ -117,13 +142,14 @@ TEST(StreamChoice, AWindowSamplesItsLeastCallSoASpikeDoesNotCount) {
 
 TEST(StreamChoice, BucketsKeepTheirOwnStatistics) {
   StreamChoice choice({kT, true});
-  const int calls = 2 * StreamChoice::kBurst + 2 * StreamChoice::kPeriod;
-  run_calls(choice, kT + 1, calls, 2.0, 1.0);  // bucket 0: plain stores win
-  run_calls(choice, 7 * kT, calls, 1.0, 2.0);  // bucket 2: streaming wins
-  EXPECT_EQ(run_calls(choice, kT + 1, StreamChoice::kPeriod, 2.0, 1.0),
+  const int calls = 2 * StreamChoice::kBurst + StreamChoice::kPeriod;  // warm-up + one period
+  run_calls(choice, kT + 1, calls, 2.0, 1.0);                          // bucket 0: plain stores win
+  run_calls(choice, 7 * kT, calls, 1.0, 2.0);                          // bucket 2: streaming wins
+  // The next periods (512 calls): a burst of the other choice at their end.
+  EXPECT_EQ(run_calls(choice, kT + 1, 2 * StreamChoice::kPeriod, 2.0, 1.0),
             static_cast<int>(StreamChoice::kBurst));
-  EXPECT_EQ(run_calls(choice, 7 * kT, StreamChoice::kPeriod, 1.0, 2.0),
-            static_cast<int>(StreamChoice::kPeriod - StreamChoice::kBurst));
+  EXPECT_EQ(run_calls(choice, 7 * kT, 2 * StreamChoice::kPeriod, 1.0, 2.0),
+            static_cast<int>(2 * StreamChoice::kPeriod - StreamChoice::kBurst));
 }
 
 TEST(StreamChoice, ConcurrentCallsKeepFiniteCosts) {

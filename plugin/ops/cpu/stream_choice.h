@@ -19,6 +19,7 @@
 // told to time. Thread-safe: concurrent calls share the statistics through relaxed atomics; a
 // lost update only delays the choice by a call.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -32,21 +33,24 @@ class StreamChoice {
   /// Buckets of the adaptive band: footprints in (T, 2T], (2T, 4T], (4T, 8T], each with its
   /// own statistics (T: the threshold). Above 8T every call streams.
   static constexpr int kBuckets = 3;
-  /// Calls per period of the adaptive band. The last kBurst calls of every period run the
-  /// choice that is currently slower, so a change of the machine's state is seen within a
-  /// period or two; the rest run the faster one.
-  static constexpr uint32_t kPeriod = 256;
+  /// Calls per period of the adaptive band, at first and after the faster choice changes. The
+  /// last kBurst calls of every period run the choice that is currently slower, so a change of
+  /// the machine's state is seen within a period or two; the rest run the faster one. Each
+  /// period that ends with the same faster choice doubles the next, up to kMaxPeriod: in a
+  /// steady state 1 call in 256 runs the slower choice.
+  static constexpr uint64_t kPeriod = 256;
+  static constexpr uint64_t kMaxPeriod = 4096;
   /// Consecutive calls of one choice after a switch (the warm-up runs one burst of each).
-  static constexpr uint32_t kBurst = 16;
+  static constexpr uint64_t kBurst = 16;
   /// The first kSettle calls of a burst are not measured: after a switch the last-level cache
   /// takes several calls to settle (rms_norm at a 32 MiB footprint on the bench machine: plain
   /// stores after streamed ones took 0.0168 ns/byte on the first call, 0.0130-0.0135 from about
   /// the tenth).
-  static constexpr uint32_t kSettle = 8;
+  static constexpr uint64_t kSettle = 8;
   /// Calls measured per window: a choice's cost sample is the least of kWindow calls (the
   /// burst's last ones; for the faster choice, the ones just before the burst), robust to the
   /// other tenants' spikes.
-  static constexpr uint32_t kWindow = kBurst - kSettle;
+  static constexpr uint64_t kWindow = kBurst - kSettle;
   /// Weight of a new window's sample in a choice's running mean cost.
   static constexpr double kWeight = 0.5;
 
@@ -84,7 +88,7 @@ class StreamChoice {
       return call;
     }
     Bucket& b = buckets_[bucket];
-    const uint32_t n = b.calls.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t n = b.calls.fetch_add(1, std::memory_order_relaxed);
     call.bucket = bucket;
     if (n < 2 * kBurst) {
       // Warm-up: a burst of plain stores, then one of streamed ones.
@@ -92,18 +96,37 @@ class StreamChoice {
       mark_window(call, n % kBurst, kSettle);
       return call;
     }
-    const uint32_t phase = (n - 2 * kBurst) % kPeriod;
-    constexpr uint32_t kBurstStart = kPeriod - kBurst;
-    if (phase < kBurstStart) {
+    if (n == 2 * kBurst) {
+      b.faster_stream.store(prefers_stream(b), std::memory_order_relaxed);  // the warm-up's
+    }
+    uint64_t burst = b.next_burst.load(std::memory_order_relaxed);
+    if (n >= burst + kBurst) {
+      // The first call after a burst: its window is in, so the faster choice is known. The
+      // same as before the burst: the next period is twice as long; else back to kPeriod.
+      const bool faster = prefers_stream(b);
+      const uint64_t period = b.period.load(std::memory_order_relaxed);
+      const uint64_t next = faster == b.faster_stream.load(std::memory_order_relaxed)
+                                ? std::min(2 * period, kMaxPeriod)
+                                : kPeriod;
+      if (b.next_burst.compare_exchange_strong(burst, n + next - kBurst,
+                                               std::memory_order_relaxed)) {
+        b.period.store(next, std::memory_order_relaxed);
+        b.faster_stream.store(faster, std::memory_order_relaxed);
+        burst = n + next - kBurst;
+      }
+      // else another thread moved it: `burst` holds its value.
+    }
+    if (n < burst) {
       call.stream = prefers_stream(b);
-      mark_window(call, phase, kBurstStart - kWindow);
+      // The faster choice's window: the kWindow calls just before the burst.
+      if (n + kWindow >= burst) mark_window(call, n + kWindow - burst, 0);
       return call;
     }
-    if (phase == kBurstStart) {
+    if (n == burst) {
       b.burst_stream.store(!prefers_stream(b), std::memory_order_relaxed);
     }
     call.stream = b.burst_stream.load(std::memory_order_relaxed);
-    mark_window(call, phase - kBurstStart, kSettle);
+    mark_window(call, n - burst, kSettle);
     return call;
   }
 
@@ -133,7 +156,12 @@ class StreamChoice {
 
  private:
   struct Bucket {
-    std::atomic<uint32_t> calls{0};
+    std::atomic<uint64_t> calls{0};
+    // The call that starts the next burst, the period it ends, and the faster choice when the
+    // last burst (or the warm-up) ended.
+    std::atomic<uint64_t> next_burst{2 * kBurst + kPeriod - kBurst};
+    std::atomic<uint64_t> period{kPeriod};
+    std::atomic<bool> faster_stream{false};
     std::atomic<double> cost_stream{0};  // ns per byte, running mean of window samples
     std::atomic<double> cost_store{0};
     std::atomic<double> window_stream{0};  // the open window's least cost so far (0: none)
@@ -142,7 +170,7 @@ class StreamChoice {
   };
 
   // Calls at positions [start, start + kWindow) of a run are measured; the last one closes.
-  static void mark_window(Call& call, uint32_t position, uint32_t start) noexcept {
+  static void mark_window(Call& call, uint64_t position, uint64_t start) noexcept {
     call.record = position >= start && position < start + kWindow;
     call.closes = position == start + kWindow - 1;
   }
