@@ -6,7 +6,8 @@
 // Why measure: on a shared machine the better choice in that band changes with the op, the
 // process (where its pages landed) and what the other tenants do. 16 MiB of float32, two
 // threads, this project's 32 MiB-L3 AMD EPYC, 6 rounds of three alternated processes
-// (2026-12-07), % of copy_ bandwidth (plain stores / streamed / this choice):
+// (2026-12-07; this file before its period doubling), % of copy_ bandwidth (plain stores /
+// streamed / this choice):
 //   - rms_norm forward: 77-96 / 67-89 / 66-97;
 //   - rms_norm backward: 42-57 / 44-64 / 45-67;
 //   - weighted_sum backward, K = 2: 49-73 / 50-67 / 50-97.
