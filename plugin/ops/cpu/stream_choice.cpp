@@ -24,7 +24,7 @@ int64_t parse_cache_size(const std::string& text) {
          v < (int64_t{1} << 40)) {
     v = v * 10 + (text[i++] - '0');
   }
-  if (i == 0) return 0;
+  if (i == 0 || v >= (int64_t{1} << 30)) return 0;  // no cache of a billion units: unknown
   const char unit = i < text.size() ? text[i] : ' ';
   if (unit == 'K') return v << 10;
   if (unit == 'M') return v << 20;

@@ -18,7 +18,7 @@
 //
 // StreamChoice is pure logic (no clock, no torch); timed_stream_call times the calls it is
 // told to time. Thread-safe: concurrent calls share the statistics through relaxed atomics; a
-// lost update only delays the choice by a call.
+// lost update can drop one window's sample, so that choice's next sample comes a period later.
 
 #include <algorithm>
 #include <array>
