@@ -31,9 +31,9 @@ Capability capability();
 
 /// The footprint a kernel call passes to its StreamChoice (cpu/stream_choice.h), in bytes:
 /// `tensors` tensors (read + written) of `numel` elements of `dtype`, or 0 where none of its
-/// stores would stream: float16/bfloat16 outputs (widened
-/// stores, VecIO::store_stream stores them as usual) and the default build (no vector stream
-/// instruction). A 0 keeps such calls out of the streamed calls' timing statistics.
+/// stores would stream: float16/bfloat16 outputs (VecIO::store_stream stores them as usual)
+/// and the default build (no vector stream instruction). A 0 keeps such calls out of the
+/// streamed calls' timing statistics.
 inline int64_t stream_footprint(int64_t tensors, int64_t numel, c10::ScalarType dtype) {
   const bool reduced = dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16;
   if (reduced || capability() == Capability::kDefault) return 0;

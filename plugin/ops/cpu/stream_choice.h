@@ -16,6 +16,10 @@
 // nothing survives in cache and streaming saves the reads for ownership (a third of the traffic
 // of a kernel that reads one tensor and writes one): always stream.
 //
+// NB: VecIO::store_stream streams vectors at aligned addresses only; the kernels split their
+// work so that chunks start on a vector boundary, but a row that does not (a row length that is
+// not a multiple of the vector) is stored as usual whatever the choice.
+//
 // StreamChoice is pure logic (no clock, no torch); timed_stream_call times the calls it is
 // told to time. Thread-safe: concurrent calls share the statistics through relaxed atomics; a
 // lost update can drop one window's sample, so that choice's next sample comes a period later.
