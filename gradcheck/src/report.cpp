@@ -17,6 +17,7 @@ namespace customop::gradcheck {
 namespace {
 
 std::string g3(double v) {
+  if (std::isnan(v)) return "nan";  // x86's default NaN has its sign bit set: never "-nan"
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3g", v);
   return buf;

@@ -10,7 +10,10 @@ import traceback
 
 
 def describe(error: BaseException) -> str:
-    """"ValueError, raised at /path/ops.py:42 in backward" (the innermost frame)."""
+    """"ValueError, raised at /path/ops.py:42 in backward" (the innermost frame), or
+    "ValueError" where no frame is the user's. The C++ side (one_line_error in
+    gradcheck/src/detail/function.cpp) splits it at the first ", " and writes
+    "ValueError: <message> (raised at ...)"."""
     from . import _harness
 
     _harness.record(error)

@@ -224,7 +224,9 @@ def test_a_raising_backward_is_a_report_not_a_system_error():
         gc.gradcheck(RaisingBackward.apply, (leaf(3),))
     text = str(e.value)
     assert "backward raised an error" in text and "my backward is broken" in text, text
-    assert "ValueError, raised at" in text and "in backward" in text, text
+    line = inspect.getsourcelines(RaisingBackward.backward)[1] + 2
+    assert f"ValueError: my backward is broken (raised at {__file__}:{line} in backward)" in text, \
+        text
     ok, report = gc.check_callable(gc.gradcheck, RaisingBackward.apply, (leaf(3),))
     assert not ok and report["failures"][0]["check"] == "backward_error"
     # The interpreter is left clean: the next check runs.
@@ -689,6 +691,26 @@ def test_gradgradcheck_does_not_warn_for_a_block_that_is_exactly_zero():
         assert gc.gradcheck(lambda a: (a * 3).float(), (leaf(3),))
 
 
+def test_nan_is_written_nan_whatever_its_sign_bit():
+    # 0 * inf is x86's default NaN, whose sign bit is set: printf writes it "-nan".
+    class NanGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * (torch.zeros_like(g) * float("inf"))
+
+    nan_out = (lambda x: x * (torch.zeros_like(x) * float("inf")))
+    for fn in (NanGrad.apply, nan_out):
+        for fast in (False, True):
+            ok, report = gc.check_callable(gc.gradcheck, fn, (leaf(3),), fast_mode=fast)
+            assert not ok
+            text = gc.format_failure(report)
+            assert " nan" in text and "-nan" not in text, text
+
+
 def test_a_nan_forward_output_is_reported_as_such_not_as_a_jacobian_mismatch():
     x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
     ok, report = gc.check_callable(gc.gradcheck, torch.sqrt, (x,))
@@ -700,6 +722,24 @@ def test_a_nan_forward_output_is_reported_as_such_not_as_a_jacobian_mismatch():
         failure["detail"], failure["detail"]
     # Inside the domain the same function passes.
     assert gc.gradcheck(torch.sqrt, (x.detach().abs().requires_grad_(),))
+
+
+def test_a_forward_error_after_the_first_call_is_written_as_the_first_calls():
+    # The first call runs in Python; the later ones run from the C++ harness, whose pybind11
+    # traceback line ("f.py(20): fn") is rewritten as the Python side writes it.
+    calls = [0]
+
+    def fails_later(x):
+        calls[0] += 1
+        if calls[0] > 2:
+            raise RuntimeError("fails on its third call")
+        return x * 3
+
+    with pytest.raises(gc.GradcheckError) as e:
+        gc.gradcheck(fails_later, (leaf(3),))
+    line = inspect.getsourcelines(fails_later)[1] + 3
+    expected = f"RuntimeError: fails on its third call (raised at {__file__}:{line} in fails_later)"
+    assert expected in str(e.value), str(e.value)
 
 
 def test_a_forward_error_through_torch_ops_names_the_callers_line():

@@ -16,12 +16,14 @@
 namespace customop::gradcheck::detail {
 
 std::string sci(double v) {
+  if (std::isnan(v)) return "nan";  // x86's default NaN has its sign bit set: never "-nan"
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6e", v);
   return buf;
 }
 
 std::string short_sci(double v) {
+  if (std::isnan(v)) return "nan";
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.0e", v);
   return buf;

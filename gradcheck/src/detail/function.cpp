@@ -247,6 +247,19 @@ std::string note_caught_error() {
   return {};
 }
 
+namespace {
+/// "/path/ops.py(42): backward" (a pybind11 traceback line) as "/path/ops.py:42 in backward";
+/// any other text as it is.
+std::string python_frame(const std::string& frame) {
+  const auto close = frame.find("): ");
+  const auto open = close == std::string::npos ? close : frame.rfind('(', close);
+  if (open == std::string::npos || open + 1 >= close) return frame;
+  const std::string line = frame.substr(open + 1, close - open - 1);
+  if (line.find_first_not_of("0123456789") != std::string::npos) return frame;
+  return frame.substr(0, open) + ":" + line + " in " + frame.substr(close + 3);
+}
+}  // namespace
+
 std::string one_line_error(const std::exception& e) {
   const std::string origin = note_caught_error();
   std::string what;
@@ -260,14 +273,22 @@ std::string one_line_error(const std::exception& e) {
     what.resize(pos);
   }
   // A Python error's traceback (pybind11 and torch write "\n\nAt:\n" and one frame a line,
-  // innermost first): only the frame that raised it.
+  // innermost first, as "  /path/ops.py(42): backward"): only the frame that raised it, written
+  // as customop._errors writes one ("raised at /path/ops.py:42 in backward").
   if (auto pos = what.find("\n\nAt:\n"); pos != std::string::npos) {
     std::string frame = what.substr(pos + 6, what.find('\n', pos + 6) - (pos + 6));
     frame.erase(0, frame.find_first_not_of(' '));
     what.resize(pos);
-    if (origin.empty() && !frame.empty()) what += " (raised at " + frame + ")";
+    if (origin.empty() && !frame.empty()) what += " (raised at " + python_frame(frame) + ")";
   }
-  if (!origin.empty()) what += " (" + origin + ")";
+  // The hook's "ValueError, raised at ..." (customop._errors.describe): "ValueError: <message>
+  // (raised at ...)", the form of the errors the Python front end reports itself.
+  if (!origin.empty()) {
+    const auto comma = origin.find(", ");
+    const std::string type = origin.substr(0, comma);
+    if (what.rfind(type + ": ", 0) != 0) what = type + ": " + what;
+    if (comma != std::string::npos) what += " (" + origin.substr(comma + 2) + ")";
+  }
   for (auto& c : what) {
     if (c == '\n') c = ' ';
   }

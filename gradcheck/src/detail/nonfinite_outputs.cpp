@@ -1,5 +1,6 @@
 #include "detail/nonfinite_outputs.h"
 
+#include "detail/compare.h"
 #include "detail/function.h"
 
 #include <ATen/ATen.h>
@@ -27,7 +28,7 @@ void report_nonfinite_outputs(const Checked& checked, GradcheckResult& result) {
     const std::string name = o < checked.output_names.size() ? checked.output_names[o] : "";
     std::ostringstream detail;
     detail << "  " << output_label(o, name) << format_index(unravel(flat, y.sizes())) << " is "
-           << value << " at the sample point (" << count << " of " << y.numel()
+           << sci(value) << " at the sample point (" << count << " of " << y.numel()
            << " elements not finite); no derivative exists there to check, so the failures "
               "below may say nothing of the backward: choose a sample inside the "
               "function's domain, or look for an overflow in the forward";
