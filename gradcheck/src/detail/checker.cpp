@@ -3,6 +3,7 @@
 #include "detail/compare.h"
 #include "detail/draws.h"
 #include "detail/jacobian_size.h"
+#include "detail/loose_columns.h"
 #include "detail/noise_level.h"
 #include "detail/numerical.h"
 #include "detail/sum_rounding.h"
@@ -254,6 +255,10 @@ class Checker {
     for (std::size_t j = 0; j < num_inputs_; ++j) blocks.push_back(numerical_block(j, &widths[j]));
     if (tol_.estimated) widen_noise_for_sums(blocks, point_, widths, num_->row_roundoff());
     std::vector<BlockCompare> compared = compare_all(blocks, ana);
+    if (tol_.estimated && !rule_.ridders && !nominal_step_ &&
+        refine_loose_columns(*num_, tol_.eps, compared, num_outputs_, blocks, widths)) {
+      compared = compare_all(blocks, ana);
+    }
     const bool any_failed = std::any_of(compared.begin(), compared.end(),
                                         [](const BlockCompare& bc) { return !bc.pair.passed; });
     if (tol_.estimated && any_failed) {
@@ -452,7 +457,7 @@ class Checker {
     const int64_t n = num_->numel(j);
     const int64_t rows = num_->total();
     const auto block = [&] { return at::empty({rows, n}, at::TensorOptions().dtype(at::kDouble)); };
-    NumericalBlock b{block(), block(), block(), block(), block(), rule_.ridders};
+    NumericalBlock b{block(), block(), block(), block(), block(), rule_.ridders, {}, {}};
     double* value = b.value.mutable_data_ptr<double>();
     double* error = b.error.mutable_data_ptr<double>();
     double* left = b.left.mutable_data_ptr<double>();
@@ -530,9 +535,15 @@ class Checker {
   BlockCompare compare_pair(const NumericalBlock& nb, const at::Tensor& ana, std::size_t i,
                             std::size_t j) const {
     const auto [r0, r1] = num_->rows(c_.diff[i]);
-    const NumericalBlock rows{nb.value.slice(0, r0, r1), nb.error.slice(0, r0, r1),
-                              nb.left.slice(0, r0, r1),  nb.right.slice(0, r0, r1),
-                              nb.noise.slice(0, r0, r1), rule_.ridders};
+    const NumericalBlock rows{
+        nb.value.slice(0, r0, r1),
+        nb.error.slice(0, r0, r1),
+        nb.left.slice(0, r0, r1),
+        nb.right.slice(0, r0, r1),
+        nb.noise.slice(0, r0, r1),
+        rule_.ridders,
+        nb.refined.defined() ? nb.refined.slice(0, r0, r1) : at::Tensor(),
+        nb.side_slack.defined() ? nb.side_slack.slice(0, r0, r1) : at::Tensor()};
     BlockCompare bc = compare_block(rows, ana, analytical_roundoff(i, j), opt_.nondet_tol, tol_,
                                     opt_.detect_nondifferentiable, diff_outputs_[i].sizes(),
                                     c_.leaves[j].sizes());

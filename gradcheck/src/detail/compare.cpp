@@ -112,6 +112,18 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     noise_t = dense_double(nb.noise);
     noise = noise_t.const_data_ptr<double>();
   }
+  at::Tensor slack_t;
+  const double* side_slack = nullptr;
+  if (nb.side_slack.defined()) {
+    slack_t = dense_double(nb.side_slack);
+    side_slack = slack_t.const_data_ptr<double>();
+  }
+  at::Tensor refined_t;
+  const bool* refined = nullptr;
+  if (nb.refined.defined()) {
+    refined_t = nb.refined.contiguous();
+    refined = refined_t.const_data_ptr<bool>();
+  }
   const auto jump_at = [&](int64_t e) { return sides ? std::abs(right[e] - left[e]) : 0.0; };
   const auto scale_at = [&](int64_t e) {
     return sides ? max_nan(std::abs(left[e]), std::abs(right[e])) : std::abs(num0[e]);
@@ -150,10 +162,16 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     const double round_scale = S * 16 * u_ana;
     const double floor = S * subnormal_spacing_of(u_ana);
     for (int64_t e = 0; e < count; ++e) {
+      rounding[e] = round_scale * (std::abs(ana[e]) + block_max) + nondet_tol + floor;
+      if (refined != nullptr && refined[e]) {
+        kink[e] = 0;
+        estimate[e] = S * (error[e] + weight * (noise ? noise[e] : 0.0));
+        continue;
+      }
       const double half = jump_at(e) / 2;
       const double rest =
-          S * (error[e] + amplification * pooled[e / cols] + weight * (noise ? noise[e] : 0.0));
-      rounding[e] = round_scale * (std::abs(ana[e]) + block_max) + nondet_tol + floor;
+          S * (error[e] + amplification * pooled[e / cols] + weight * (noise ? noise[e] : 0.0) +
+               (side_slack != nullptr ? side_slack[e] : 0.0));
       kink[e] = jump_at(e) > 0.1 * scale_at(e) + rest + rounding[e];
       const double smooth = nb.extrapolated ? 0.0 : half;
       if (detect_nd && sides) {
@@ -208,9 +226,15 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
       // whatever the rounding estimate: a row of such entries has no scale to be 1 % of.
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t e = r * cols + c;
-        p.loose_entries += estimate[e] > 0.01 * row_scale && !(num[e] == 0 && ana[e] == 0);
+        const bool loose = estimate[e] > 0.01 * row_scale && !(num[e] == 0 && ana[e] == 0);
+        p.loose_entries += loose;
+        if (loose && !nb.extrapolated && sides && (refined == nullptr || !refined[e]))
+          out.loose_columns.push_back(c);
       }
     }
+    std::sort(out.loose_columns.begin(), out.loose_columns.end());
+    out.loose_columns.erase(std::unique(out.loose_columns.begin(), out.loose_columns.end()),
+                            out.loose_columns.end());
   }
   p.passed = p.bad_entries == 0;
   p.worst_abs_error = 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace customop::gradcheck::detail {
 
@@ -16,6 +17,11 @@ namespace customop::gradcheck::detail {
 struct BlockCompare {
   PairReport pair;
   ElementReport worst_nd;  ///< the worst mismatching entry at a non-differentiable point
+  /// Columns (input elements, ascending) with a loose entry: its error estimate above 1 % of
+  /// its row's largest |numerical| (estimated rule, one step, not refined; loose_columns.h).
+  /// Passed or not: at |x| ~ eps a smooth f's one-sided spread, h f'', can exceed a tenth of
+  /// its derivative and look like a kink's.
+  std::vector<int64_t> loose_columns;
 };
 
 /// The numerical side of one (output, input) block, float64 CPU, each [m, n] (m output
@@ -29,6 +35,18 @@ struct NumericalBlock {
   /// `value` is Ridders' extrapolation: its `error` covers truncation, and the one-sided
   /// spread (at a step far larger than the extrapolated error) only judges kinks.
   bool extrapolated = false;
+  /// Bool [m, n] (undefined: none): entries sampled again at half the step where f is smooth
+  /// (loose_columns.h). Their `value` is the central difference at eps / 2, `error` its
+  /// distance to the one at eps (three times the truncation error of the smaller step when
+  /// that error goes as h^2), `noise` the rounding at eps / 2; they are judged by
+  /// S (error + 16 noise) alone: no one-sided spread, no row median, no kink.
+  at::Tensor refined;
+  /// Float64 [m, n] (undefined: none): for the entries of those columns that were not refined,
+  /// the one-sided differences' own truncation, 2 min(|left(h) - left(h/2)|, |right(h) -
+  /// right(h/2)|) (a side that does not cross a kink moves by h f'' / 4 when h halves; the side
+  /// that does moves by far more). Added to their estimate times S: the one-sided derivative
+  /// at a kink within the step (selu at -8e-8) lies h f'' / 2 beyond the one-sided difference.
+  at::Tensor side_slack;
 };
 
 /// Compares `nb.value` with `ana` ([m, n]) by the rule of `tol` (Tolerances: the error

@@ -55,14 +55,20 @@ double projected_sigma(const NoiseTable& table, std::span<const double> v, int64
 /// ~7e-17 along the others.
 inline constexpr int kNoiseDirections = 3;
 
-/// Each output element's noise deviation, float64 CPU [M]: the largest row_sigma over
-/// kNoiseDirections tables at sqrt(u), and as many at the differences' relative `step` when
-/// it is larger (up to 2 kNoiseDirections (kNoisePoints - 1) forward calls). The second
+/// Each output element's noise deviation, float64 CPU [M]: the largest over kNoiseDirections
+/// random directions d (as sample_noise's) at sqrt(u), and as many at the differences' `step`
+/// when it is larger, of the lesser of the two tables along d and along -d (up to
+/// 4 kNoiseDirections (kNoisePoints - 1) forward calls). The second
 /// spacing sees rounding that moves in steps coarser than sqrt(u): gelu(x) = x (1 + erf(x /
 /// sqrt 2)) / 2 at x = -6.75 in float64 moves by 3.7e-16 every 8e-7 of x (1 + erf cancels),
 /// flat at 1e-8 but a staircase at eps = 1e-6, which moved central differences by 3e-11
 /// against a derivative of 3.4e-10. A smooth function's third differences at that spacing,
-/// ~step^3 f''', add no more than the central differences' own truncation. Throws as
+/// ~step^3 f''', add no more than the central differences' own truncation where |x| <= 1.
+/// (Known weakness: d scales with |x|, so at |x| = 1e4 they add ~(1e4 step)^3 f''', and a
+/// failing check widened that way passed sin's grad 0 at x = 1e4; unscaled directions at eps
+/// alias the staircase above, whose period is ~eps.) Rounding shows on both sides of x; a
+/// kink within 6 steps of x (relu at 3e-7) lies on one, and taking the lesser side keeps its
+/// third differences out (a backward 1.8x off there passed as "noise"). Throws as
 /// sample_noise.
 at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step = 0);
 

@@ -278,7 +278,7 @@ class ElementSlot {
 
 }  // namespace
 
-Sampled Numerical::sample_element(std::size_t j, int64_t k) {
+Sampled Numerical::sample_element(std::size_t j, int64_t k, double step) {
   at::NoGradGuard no_grad;
   at::Tensor& t = work_[j];
   const auto index = unravel(k, t.sizes());
@@ -293,7 +293,7 @@ Sampled Numerical::sample_element(std::size_t j, int64_t k) {
   for (int l = 0; l < rule_.levels; ++l) {
     const double h = rule_.ridders
                          ? rule_.initial * std::max(1.0, std::abs(x)) / std::pow(rule_.shrink, l)
-                         : rule_.eps;
+                         : (step > 0 ? step : rule_.eps);
     // An infinite element does not move (inf + h is inf): no perturbation, numerical 0.
     const double xp = elem.set(x + h);
     dp = std::isfinite(x) ? xp - x : 0.0;

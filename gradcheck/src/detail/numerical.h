@@ -78,8 +78,9 @@ class Numerical {
   Numerical(const Function& f, const std::vector<at::Tensor>& point, bool reference, StepRule rule,
             std::vector<at::Tensor> base = {});
 
-  /// Perturbs element `k` (row-major) of input `j`.
-  Sampled sample_element(std::size_t j, int64_t k);
+  /// Perturbs element `k` (row-major) of input `j`; `step` > 0 replaces a one-step rule's eps
+  /// (loose_columns.h samples again at eps / 2).
+  Sampled sample_element(std::size_t j, int64_t k, double step = 0);
   /// Perturbs input `j` along `u` (float64 CPU [n_j]).
   Sampled sample_direction(std::size_t j, const at::Tensor& u);
 

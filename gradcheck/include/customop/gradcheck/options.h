@@ -101,6 +101,9 @@ std::string_view low_precision_method_name(LowPrecisionMethod method);
 /// - a: the analytical side's rounding, u_ana (|analytical| + max |analytical| over the
 ///   (output, input) block: the backward's terms can cancel to an entry far smaller than
 ///   them), with u_ana the unit roundoff of the backward's dtype (6e-8 for a float32 one).
+/// Entries whose estimate exceeds 1 % of their row's largest entry are sampled again at
+/// eps / 2 and, where f is smooth within the step, judged by S (|D(eps) - D(eps/2)| + 16 r)
+/// alone (gradcheck/src/detail/loose_columns.h).
 /// For smooth float64 ops w dominates: h |f''| / 2 with h = 1e-6, ~1e-6 of the entry where
 /// |f''| ~ |f'|, so a 0.1 % error (1e-3) fails; a float32 backward against the float64
 /// reference adds ~8e-6 of its block's largest entry (S 16 u_ana, u_ana = 6e-8).
