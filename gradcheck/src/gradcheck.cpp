@@ -21,6 +21,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <sstream>
 
 namespace customop::gradcheck {
@@ -260,6 +261,9 @@ void summarize_arguments(GradcheckResult& r) {
 GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args,
                           const GradcheckOptions& options) {
   TORCH_CHECK_VALUE(static_cast<bool>(fn.call), fn.name, ": gradcheck needs a callable");
+  TORCH_CHECK_VALUE(std::isfinite(options.backward_roundoff) && options.backward_roundoff >= 0,
+                    fn.name, ": GradcheckOptions::backward_roundoff must be finite and >= 0, got ",
+                    options.backward_roundoff);
   // A check nested in a function under a low-precision check's saved-rounded run runs at full
   // precision (the Python side pauses its hooks likewise: customop/_saved_rounding.py).
   const SavedRoundingPause full_precision;

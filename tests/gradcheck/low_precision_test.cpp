@@ -394,4 +394,60 @@ TEST(LowPrecision, ReportNamesTheGradTheElementAndTheBaselines) {
                c10::ValueError);
 }
 
+// leaky_relu with its slope as a float32 constant in the backward (Python's
+// torch.where(x > 0, 1.0, 0.01) makes one): the bfloat16/float16 grads are right, and the
+// float64 run's Jacobian check judges the backward to float32's rounding there
+// (GradcheckOptions::backward_roundoff), so 0.0099999998 passes; a slope 1 % off fails.
+struct LeakyFloat32Slope : torch::autograd::Function<LeakyFloat32Slope> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double slope) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["slope"] = slope;
+    return at::leaky_relu(x, 0.01);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const auto x = ctx->get_saved_variables()[0];
+    const double slope = ctx->saved_data["slope"].toDouble();
+    return {g[0] * at::where(x > 0, at::scalar_tensor(1.0, x.options()),
+                             at::scalar_tensor(slope, x.options())),
+            at::Tensor()};
+  }
+};
+
+TEST(LowPrecision, AFloat32ConstantInACorrectBackwardPassesTheFloat64Run) {
+  const auto check = [](double slope, at::ScalarType dtype) {
+    gc::BoxedFunction fn;
+    fn.name = "leaky_float32_slope";
+    fn.arg_names = {"x"};
+    fn.return_names = {"y"};
+    fn.call = [slope](torch::jit::Stack& s) {
+      s.back() = LeakyFloat32Slope::apply(s.back().toTensor(), slope);
+    };
+    const at::Tensor x = at::tensor({-1.3, -0.4, -0.05, 0.03, 0.07, 0.5, 1.7, 2.2}, at::kDouble)
+                             .to(dtype)
+                             .requires_grad_(true);
+    gc::GradcheckOptions o;
+    o.raise_exception = false;
+    return gc::gradcheck(fn, {x}, o);
+  };
+  const double float32_slope = static_cast<double>(0.01F);
+  for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+    const auto ok = check(float32_slope, dtype);
+    EXPECT_TRUE(ok.passed) << ok.message();
+    const auto bad = check(0.0101, dtype);
+    ASSERT_FALSE(bad.passed);
+    EXPECT_THAT(bad.failures[0].headline, ::testing::HasSubstr("float64 run: Jacobian mismatch"))
+        << bad.message();
+  }
+  // In float64 itself the constant stays an error (the precision probe names it).
+  EXPECT_FALSE(check(float32_slope, at::kDouble).passed);
+  gc::GradcheckOptions o;
+  o.backward_roundoff = -1;
+  gc::BoxedFunction fn;
+  fn.name = "f";
+  fn.arg_names = {"x"};
+  fn.call = [](torch::jit::Stack&) {};
+  EXPECT_THROW(gc::gradcheck(fn, {at::ones({2}, at::kDouble).requires_grad_(true)}, o),
+               c10::ValueError);
+}
+
 }  // namespace

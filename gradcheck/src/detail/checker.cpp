@@ -727,8 +727,8 @@ class Checker {
   /// Unit roundoff of the backward that gives output i's rows for input j: the coarser of the
   /// two dtypes.
   double analytical_roundoff(std::size_t i, std::size_t j) const {
-    return std::max(unit_roundoff(c_.leaves[j].scalar_type()),
-                    unit_roundoff(diff_outputs_[i].scalar_type()));
+    return std::max({unit_roundoff(c_.leaves[j].scalar_type()),
+                     unit_roundoff(diff_outputs_[i].scalar_type()), opt_.backward_roundoff});
   }
 
   /// Notes the entries of `p` accepted at a kink within the step, and those the differences

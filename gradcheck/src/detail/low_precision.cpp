@@ -278,6 +278,8 @@ std::string check_float64_run(const BoxedFunction& fn, const torch::jit::Stack& 
   // comparison needs; and rounding to the low dtype makes ties (sort, cummax, topk) whose
   // kinks its extrapolation from a 1e-4 step cannot cross.
   o.check_backward_precision = false;
+  // For the same reason its Jacobian check judges the backward to float32's rounding at least.
+  o.backward_roundoff = std::max(o.backward_roundoff, unit_roundoff(at::kFloat));
   const GradcheckResult r64 = gradcheck(fn, args64, o);
   r.pairs = r64.pairs;
   r.second_order_pairs = r64.second_order_pairs;

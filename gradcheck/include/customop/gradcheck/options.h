@@ -317,6 +317,13 @@ struct GradcheckOptions {
   /// GradcheckResult::precision_counts: one VJP per output, 6 forward calls per input and 18
   /// for the noise measurement (detail/backward_precision.h).
   bool check_backward_precision = true;
+  /// The least unit roundoff u_ana the backward is judged to (Tolerances' a term; 0: that of
+  /// the coarser of the input's and the output's dtype). The bfloat16/float16 check sets
+  /// float32's (2^-24) for the function's float64 run, whose Jacobian check only has to show
+  /// the formula right to well below 16-bit rounding: a float32 constant in a correct
+  /// backward (torch.where(x > 0, 1.0, 0.01) is float32) moves it by ~1e-8, which failed it.
+  /// Must be finite and >= 0.
+  double backward_roundoff = 0.0;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;
   /// Ridders: first step relative to max(1, |x|) (Ceres: 1e-2), shrink factor per level
