@@ -518,7 +518,9 @@ class Checker {
     if (!noise_sigma_.defined()) {
       at::Generator gen = cpu_generator(opt_.seed + 5);
       try {
-        noise_sigma_ = measured_noise(*num_, gen, rule_.ridders ? 0.0 : tol_.eps);
+        const bool float64_point = lowest_precision(point_) == at::kDouble;
+        noise_sigma_ = measured_noise(*num_, gen, rule_.ridders ? 0.0 : tol_.eps,
+                                      float64_point ? kStepScaleCap : INFINITY);
       } catch (const std::exception&) {
         // f unstable or raising along the probe: the modelled bounds stand alone.
         noise_sigma_ = at::zeros({num_->total()}, at::kDouble);

@@ -48,15 +48,16 @@ double coarsest_roundoff(const Numerical& num) {
   return u;
 }
 
-/// d_k = s_k max(1, |x_k|) with random signs s_k from `gen`.
-std::vector<at::Tensor> random_direction(const Numerical& num, at::Generator& gen) {
+/// d_k = s_k min(max(1, |x_k|), cap) with random signs s_k from `gen`.
+std::vector<at::Tensor> random_direction(const Numerical& num, at::Generator& gen,
+                                         double cap = INFINITY) {
   std::vector<at::Tensor> d;
   for (std::size_t j = 0; j < num.inputs(); ++j) {
     const auto x = values_of(num.values(j));
     const at::Tensor coin = uniform_cpu(static_cast<int64_t>(x.size()), gen);
     const auto heads = values_of(coin);
     d.push_back(tabulate(static_cast<int64_t>(x.size()), [&](int64_t k) {
-      const double m = std::max(1.0, std::abs(x[k]));
+      const double m = std::min(std::max(1.0, std::abs(x[k])), cap);
       return heads[k] < 0.5 ? -m : m;
     }));
   }
@@ -100,14 +101,17 @@ double projected_sigma(const NoiseTable& table, std::span<const double> v, int64
   return sigma_of(g);
 }
 
-at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step) {
+at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step, double cap) {
   const double u = coarsest_roundoff(num);
   std::vector<double> spacings{std::sqrt(u)};
   if (step > spacings.front()) spacings.push_back(step);
   at::Tensor sigma;
   for (const double h : spacings) {
+    // The second spacing is the differences' step, which is absolute: its directions'
+    // entries stop growing with |x| at `cap`.
+    const double limit = h == spacings.front() ? INFINITY : cap;
     for (int k = 0; k < kNoiseDirections; ++k) {
-      std::vector<at::Tensor> d = random_direction(num, gen);
+      std::vector<at::Tensor> d = random_direction(num, gen, limit);
       const at::Tensor ahead = row_sigma(table_along(num, d, h));
       for (auto& t : d) t = -t;
       const at::Tensor behind = row_sigma(table_along(num, d, h));

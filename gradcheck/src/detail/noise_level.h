@@ -55,6 +55,9 @@ double projected_sigma(const NoiseTable& table, std::span<const double> v, int64
 /// ~7e-17 along the others.
 inline constexpr int kNoiseDirections = 3;
 
+/// The largest |d_k| at the differences' spacing (measured_noise).
+inline constexpr double kStepScaleCap = 8.0;
+
 /// Each output element's noise deviation, float64 CPU [M]: the largest over kNoiseDirections
 /// random directions d (as sample_noise's) at sqrt(u), and as many at the differences' `step`
 /// when it is larger, of the lesser of the two tables along d and along -d (up to
@@ -63,14 +66,20 @@ inline constexpr int kNoiseDirections = 3;
 /// sqrt 2)) / 2 at x = -6.75 in float64 moves by 3.7e-16 every 8e-7 of x (1 + erf cancels),
 /// flat at 1e-8 but a staircase at eps = 1e-6, which moved central differences by 3e-11
 /// against a derivative of 3.4e-10. A smooth function's third differences at that spacing,
-/// ~step^3 f''', add no more than the central differences' own truncation where |x| <= 1.
-/// (Known weakness: d scales with |x|, so at |x| = 1e4 they add ~(1e4 step)^3 f''', and a
-/// failing check widened that way passed sin's grad 0 at x = 1e4; unscaled directions at eps
-/// alias the staircase above, whose period is ~eps.) Rounding shows on both sides of x; a
+/// ~step^3 f''', add no more than the central differences' own truncation. The differences'
+/// step is absolute (x +- eps), so at that spacing d_k stops growing with |x_k| at `cap`
+/// (kStepScaleCap; the checker passes infinity for a float32 point, whose backward's rounding
+/// at large |x|, ~u32 |x| in x - mean(x), the a-term of compare.h does not model and the
+/// uncapped table's curvature covered: softmax and sigmoid(x - mean) in float32 at x ~ 1e4
+/// failed without it): scaled by |x| = 1e4 the table spanned 6e-2 and its third differences,
+/// ~(1e4 step)^3 f''', passed sin's grad 0 at x = 1e4 and a layer norm 10 % off on rows of
+/// mean 1e4; unscaled (spacing eps), they alias the staircase above, whose period is ~eps,
+/// and the cap keeps x = -6.75's spacing. Rounding shows on both sides of x; a
 /// kink within 6 steps of x (relu at 3e-7) lies on one, and taking the lesser side keeps its
 /// third differences out (a backward 1.8x off there passed as "noise"). Throws as
 /// sample_noise.
-at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step = 0);
+at::Tensor measured_noise(Numerical& num, at::Generator& gen, double step = 0,
+                          double cap = kStepScaleCap);
 
 /// How many deviations one evaluation's rounding is taken to reach (a central difference
 /// subtracts two evaluations: its noise bound is 2 kNoiseDeviations sigma / width).
