@@ -152,11 +152,7 @@ TEST(LooseColumns, AOneSidedDerivativeAtAKinkWithinTheStepPasses) {
   for (const double x : {-8.061695751754154e-08, -8.061695751754154e-07, -5.508909868646991e-07,
                          8.351213312931838e-08, -3.0e-07}) {
     torch::jit::Stack args{at::tensor({x, -0.7, 0.3}, at::kDouble).requires_grad_(true)};
-    // NB: the precision probe off: its Ridders steps (1e-4 and down) cross the kink, and it
-    // then fails selu at -8e-7 on its own (a known weakness, not this rule's).
-    auto o = slow();
-    o.check_backward_precision = false;
-    const auto r = gc::gradcheck(op, args, o);
+    const auto r = gc::gradcheck(op, args, slow());
     EXPECT_TRUE(r.passed) << "selu at " << x << "\n" << r.message();
   }
 }
