@@ -184,7 +184,13 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
           scale += w * std::max(std::abs(right[rr]), std::abs(left[rr]));
           noise += w * noise_k[rr];
         }
-        if (!std::isfinite(spread) || spread > 0.1 * scale) continue;  // a kink within the steps
+        if (!std::isfinite(spread) || spread > 0.1 * scale) {  // a kink within the steps
+          r.notes.push_back("precision probe: input " + std::to_string(j) + " ('" + in +
+                            "'), output " + std::to_string(i) +
+                            ": not judged: its one-sided differences at its smallest step "
+                            "disagree like a kink's (a kink or tie within ~1e-4 of the point)");
+          continue;
+        }
         double sigma = 0;
         for (const auto& t : tables) sigma = std::max(sigma, projected_sigma(t, vi, r0, r1));
         noise = std::max(noise, 2.0 * kNoiseDeviations * sigma / s.width);

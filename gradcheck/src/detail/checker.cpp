@@ -660,7 +660,8 @@ class Checker {
       widen_noise_for_sums(one, {point_[j]}, {widths}, num_->row_roundoff());
       widen_to_measured_noise(one, {widths});
     }
-    const NumericalBlock& nb = one.front();
+    NumericalBlock& nb = one.front();
+    const bool refine = tol_.estimated && !rule_.ridders && !nominal_step_;
     for (auto i : failing) {
       std::vector<at::Tensor> rows;
       try {
@@ -673,6 +674,9 @@ class Checker {
       }
       const std::string fd = fast_mode_figures(fast_pairs[i], tol_.estimated, opt_.seed);
       BlockCompare bc = compare_pair(nb, rows[j], i, j);
+      if (refine && refine_columns(*num_, j, tol_.eps, bc.loose_columns, nb, widths)) {
+        bc = compare_pair(nb, rows[j], i, j);
+      }
       note_kinks(bc.pair);
       const auto [r0, r1] = num_->rows(c_.diff[i]);
       bc.pair.numerical = nb.value.slice(0, r0, r1).clone();

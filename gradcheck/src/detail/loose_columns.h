@@ -17,8 +17,8 @@ namespace customop::gradcheck::detail {
 /// itself of that order (x^2 at |x| ~ eps: f' = 2x, h f'' / 2 = eps), a backward off by a
 /// factor of 2 passes. Such entries are "loose" (compare.h, BlockCompare::loose_columns).
 ///
-/// For every column k of input j with a loose entry in `compared` (j-major, `outputs` pairs per
-/// input; passed, or failed as a kink or a mismatch), element k is sampled again at h / 2 (two
+/// For every column k of input j with a loose or a failing entry in `compared` (j-major,
+/// `outputs` pairs per input), element k is sampled again at h / 2 (two
 /// forward calls), and each entry of that column where f is smooth within the step is judged anew
 /// (NumericalBlock::refined): value D(h/2), error |D(h) - D(h/2)|, noise the rounding at
 /// h / 2 (at least twice that at h: it goes as 1 / h, and `blocks` may hold a widened one).
@@ -48,5 +48,10 @@ namespace customop::gradcheck::detail {
 bool refine_loose_columns(Numerical& num, double eps, const std::vector<BlockCompare>& compared,
                           std::size_t outputs, std::vector<NumericalBlock>& blocks,
                           std::vector<at::Tensor>& widths);
+
+/// The same for the columns `cols` of input j's block `b` alone (fast mode's entry-by-entry
+/// recheck of a failing pair). \returns true when any column was sampled again.
+bool refine_columns(Numerical& num, std::size_t j, double eps, const std::vector<int64_t>& cols,
+                    NumericalBlock& b, at::Tensor& widths);
 
 }  // namespace customop::gradcheck::detail
