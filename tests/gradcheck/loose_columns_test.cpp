@@ -157,30 +157,6 @@ TEST(LooseColumns, AOneSidedDerivativeAtAKinkWithinTheStepPasses) {
   }
 }
 
-// softsign, whose f'' jumps from 2 to -2 at 0: within ~2e-7 of 0 both one-sided differences
-// carry the same bias, (h - |x|)^2 / h, which their spread does not show; a failing entry that
-// close to eps (here 1e-6 against an estimate of 2e-8) is sampled again, and the side that
-// does not cross 0 shows the bias. Slow mode and fast mode's entry-by-entry recheck.
-TEST(LooseColumns, AJumpInTheSecondDerivativeWithinTheStepPasses) {
-  gc::BoxedFunction softsign;  // torch.nn.functional.softsign's formula, ATen's autograd
-  softsign.name = "softsign";
-  softsign.arg_names = {"x"};
-  softsign.return_names = {"y"};
-  softsign.call = [](torch::jit::Stack& s) {
-    const at::Tensor x = s.back().toTensor();
-    s.back() = x / (1 + x.abs());
-  };
-  for (const double x : {1e-8, 1e-7, -1e-7, 2e-7}) {
-    for (const auto mode : {gc::Mode::kSlow, gc::Mode::kFast}) {
-      torch::jit::Stack args{at::tensor({x, 0.5}, at::kDouble).requires_grad_(true)};
-      auto o = slow();
-      o.mode = mode;
-      const auto r = gc::gradcheck(softsign, args, o);
-      EXPECT_TRUE(r.passed) << "softsign at " << x << "\n" << r.message();
-    }
-  }
-}
-
 // The second step costs two forward calls per refined column, and only there.
 TEST(LooseColumns, TwoForwardCallsPerRefinedColumn) {
   const auto far = gc::gradcheck(elementwise(0, 1.0), at_values({0.5, -0.7, 0.9}), slow());

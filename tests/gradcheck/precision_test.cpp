@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
 
 namespace {
@@ -310,6 +311,45 @@ TEST(Precision, TheProbeDoesNotJudgeAcrossAKinkNearThePoint) {
       }
     }
   }
+}
+
+/// relu(x) + sin(x) with its backward computed in float32.
+struct ReluSinFloat32Backward : torch::autograd::Function<ReluSinFloat32Backward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    return at::relu(x) + at::sin(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& g) {
+    const at::Tensor x = ctx->get_saved_variables()[0].to(at::kFloat);
+    return {(g[0].to(at::kFloat) * ((x > 0).to(at::kFloat) + at::cos(x))).to(at::kDouble)};
+  }
+};
+
+// A float64 backward computed in float32, with one element 1e-5 from relu's kink: the probe's
+// steps from 1e-4 cross it, so it probes again from 1e-5 and 1e-6. Each check either fails or
+// says in a note how far the probe could judge: never a silent pass.
+TEST(Precision, AProbeThatCannotUseItsFirstStepsSaysSo) {
+  gc::BoxedFunction fn;
+  fn.name = "relu_sin_float32_backward";
+  fn.arg_names = {"x"};
+  fn.return_names = {"y"};
+  fn.call = [](torch::jit::Stack& s) {
+    s.back() = ReluSinFloat32Backward::apply(s.back().toTensor());
+  };
+  int caught = 0;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 5);
+    at::Tensor x = at::randn({3, 4}, gen, at::TensorOptions().dtype(at::kDouble));
+    x.index_put_({0, 0}, 1e-5);
+    const auto r = gc::gradcheck(fn, {x.requires_grad_(true)}, no_raise(gc::Mode::kFast, seed));
+    caught += !r.passed;
+    const bool noted = std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+      return n.rfind("precision probe: input 0 ('x'), output 0: ", 0) == 0;
+    });
+    EXPECT_TRUE(!r.passed || noted) << "seed " << seed << "\n" << r.message();
+  }
+  EXPECT_GE(caught, 1);
 }
 
 }  // namespace

@@ -112,14 +112,17 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
   for (const auto& o : c.outputs) base.push_back(o.detach());
   StepRule rule;
   rule.ridders = true;
-  rule.initial = 1e-4;
+  rule.initial = kProbeFirstSteps[0];
   rule.shrink = 2.0;
   rule.levels = kProbeLevels;
   try {
     std::vector<at::Tensor> point;
     for (const auto& l : c.leaves) point.push_back(clone_like(l));
-    Numerical num(f, point, /*reference=*/false, rule, base);
-    // The one-step rule's differences (eps), built when a pair is about to fail.
+    // The probe from each first step (kProbeFirstSteps), the smaller ones built when needed,
+    // and the one-step rule's differences (eps), built when a pair is about to fail.
+    std::optional<Numerical> probes[kProbeStarts];
+    probes[0].emplace(f, point, /*reference=*/false, rule, base);
+    Numerical& num = *probes[0];
     std::optional<Numerical> one_step;
     NoiseTable tables[kNoiseDirections];
     for (auto& t : tables) t = sample_noise(num, gen);
@@ -153,105 +156,148 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
                           " element(s) at kinks the Jacobian check met left out of its direction");
       }
       const auto uv = values_of(u);
-      const Sampled s = num.sample_direction(j, u);
+      // The probe's samples along u, one per initial step, taken when needed.
+      std::optional<Sampled> sampled[kProbeStarts];
+      sampled[0] = num.sample_direction(j, u);
       std::optional<Sampled> s1;  // the same direction at eps
       const std::string in =
           j < f.input_names.size() ? f.input_names[j] : "input " + std::to_string(j);
       r.precision_probes.push_back(in);
+      double u_l1 = 0;
+      for (const double x : uv) u_l1 += std::abs(x);
       for (std::size_t i = 0; i < ys.size(); ++i) {
         const auto [r0, r1] = num.rows(c.diff[i]);
         const at::Tensor v_flat = flat_double(v[i]);  // alive while vi points into it
         const auto vi = values_of(v_flat);
         const auto ai = values_of(a[i][j]);
         const double analytical = dot(ai, uv);
-        std::vector<double> e;
-        bool finite = std::isfinite(analytical);
-        for (const auto& l : s.levels) {
-          const auto d = values_of(l.diff);
-          double nv = 0;
-          for (int64_t rr = r0; rr < r1; ++rr) nv += vi[rr - r0] * d[rr];
-          const double av = dot(ai, values_of(l.w));
-          finite = finite && std::isfinite(nv) && std::isfinite(av);
-          e.push_back(nv - av);
-        }
-        if (!finite) continue;
-        const auto right = values_of(s.right), left = values_of(s.left),
-                   noise_k = values_of(s.noise);
-        double spread = 0, scale = 0, noise = 0;
-        for (int64_t rr = r0; rr < r1; ++rr) {
-          const double w = std::abs(vi[rr - r0]);
-          spread += w * std::abs(right[rr] - left[rr]);
-          scale += w * std::max(std::abs(right[rr]), std::abs(left[rr]));
-          noise += w * noise_k[rr];
-        }
-        if (!std::isfinite(spread) || spread > 0.1 * scale) {  // a kink within the steps
-          r.notes.push_back("precision probe: input " + std::to_string(j) + " ('" + in +
-                            "'), output " + std::to_string(i) +
-                            ": not judged: its one-sided differences at its smallest step "
-                            "disagree like a kink's (a kink or tie within ~1e-4 of the point)");
-          continue;
-        }
-        double sigma = 0;
-        for (const auto& t : tables) sigma = std::max(sigma, projected_sigma(t, vi, r0, r1));
-        noise = std::max(noise, 2.0 * kNoiseDeviations * sigma / s.width);
-        const auto [err, err_estimate] = ridders_extrapolate(e, rule.shrink);
-        double u_l1 = 0;
-        for (const double x : uv) u_l1 += std::abs(x);
-        // The tableau amplifies the differences' rounding ~5x (compare.cpp).
-        const ProjectionBound bound =
-            projection_bound(analytical + err, err_estimate, 0.0, 5.0 * noise, norm(ai) * norm(uv),
-                             u64, nondet_tol * u_l1, /*extrapolated=*/true, tol);
-        if (std::abs(err) <= bound.tolerance) continue;
-        // Before blaming the backward: the extrapolation from steps ~1e-4 must agree with the
-        // one-step central difference along u (steps eps |u_k|, far smaller) to within the
-        // latter's own error estimate. A kink or tie 1e-6 .. 1e-4 from the point (relu at
-        // 1e-5) lies within the probe's steps and outside the Jacobian check's: there the
-        // two disagree, and the probe cannot judge the backward.
-        if (!s1) {
-          if (!one_step) {
-            StepRule rule1;
-            rule1.eps = tol.eps;
-            one_step.emplace(f, point, /*reference=*/false, rule1, base);
+        // Where f is not smooth within the steps (a kink or tie ~1e-6 .. 1e-4 from the point),
+        // the probe runs again from a 10x smaller first step; "why" says why the last one
+        // could not judge.
+        std::string why;
+        for (int start = 0; start < kProbeStarts; ++start) {
+          if (!sampled[start]) {
+            if (!probes[start]) {
+              StepRule rs = rule;
+              rs.initial = kProbeFirstSteps[start];
+              probes[start].emplace(f, point, /*reference=*/false, rs, base);
+            }
+            sampled[start] = probes[start]->sample_direction(j, u);
           }
-          s1 = one_step->sample_direction(j, u);
+          const Sampled& s = *sampled[start];
+          const std::string steps = short_sci(kProbeFirstSteps[start]) + " * max(1, |x|)";
+          std::vector<double> e;
+          bool finite = std::isfinite(analytical);
+          for (const auto& l : s.levels) {
+            const auto d = values_of(l.diff);
+            double nv = 0;
+            for (int64_t rr = r0; rr < r1; ++rr) nv += vi[rr - r0] * d[rr];
+            const double av = dot(ai, values_of(l.w));
+            finite = finite && std::isfinite(nv) && std::isfinite(av);
+            e.push_back(nv - av);
+          }
+          if (!finite) break;
+          const auto right = values_of(s.right), left = values_of(s.left),
+                     noise_k = values_of(s.noise);
+          double spread = 0, scale = 0, noise = 0;
+          for (int64_t rr = r0; rr < r1; ++rr) {
+            const double w = std::abs(vi[rr - r0]);
+            spread += w * std::abs(right[rr] - left[rr]);
+            scale += w * std::max(std::abs(right[rr]), std::abs(left[rr]));
+            noise += w * noise_k[rr];
+          }
+          if (!std::isfinite(spread) || spread > 0.1 * scale) {  // a kink within the steps
+            why = "its one-sided differences at its smallest step (from " + steps +
+                  ") disagree like a kink's";
+            continue;
+          }
+          double sigma = 0;
+          for (const auto& t : tables) sigma = std::max(sigma, projected_sigma(t, vi, r0, r1));
+          noise = std::max(noise, 2.0 * kNoiseDeviations * sigma / s.width);
+          const auto [err, err_estimate] = ridders_extrapolate(e, rule.shrink);
+          // The tableau amplifies the differences' rounding ~5x (compare.cpp).
+          const ProjectionBound bound = projection_bound(
+              analytical + err, err_estimate, 0.0, 5.0 * noise, norm(ai) * norm(uv), u64,
+              nondet_tol * u_l1, /*extrapolated=*/true, tol);
+          // A tolerance above 1e-6 of the projection's scale cannot see float32's rounding:
+          // the steps crossed something (a kink's extrapolation error is large), or f's own
+          // noise is: no verdict from these steps.
+          const double resolution = kProbeResolution * norm(ai) * norm(uv);
+          if (!(bound.tolerance <= resolution)) {
+            why = "its tolerance from steps " + steps + ", " + sci(bound.tolerance) +
+                  ", is above " + sci(resolution) + " (1e-6 of |v^T J| |u|)";
+            continue;
+          }
+          why.clear();
+          if (std::abs(err) <= bound.tolerance) {
+            if (start > 0) {
+              r.notes.push_back("precision probe: input " + std::to_string(j) + " ('" + in +
+                                "'), output " + std::to_string(i) + ": judged from steps " + steps +
+                                " (f is not smooth within the larger ones), where its tolerance "
+                                "is " +
+                                sci(bound.tolerance) + " of v^T J u = " + sci(analytical));
+            }
+            break;
+          }
+          // Before blaming the backward: the extrapolation must agree with the one-step central
+          // difference along u (steps eps |u_k|, far smaller) to within the latter's own error
+          // estimate. A kink or tie between eps and the probe's steps from the point (relu at
+          // 1e-5) lies within the probe's steps and outside the Jacobian check's: there the two
+          // disagree, and the probe cannot judge the backward from those steps.
+          if (!s1) {
+            if (!one_step) {
+              StepRule rule1;
+              rule1.eps = tol.eps;
+              one_step.emplace(f, point, /*reference=*/false, rule1, base);
+            }
+            s1 = one_step->sample_direction(j, u);
+          }
+          const OneStep d1 = one_step_projection(*s1, vi, ai, r0, r1);
+          const double disagreement = std::abs(err - d1.error);
+          // Within the probe's own tolerance and the one-step value's rounding: its truncation,
+          // h^2 f''' / 6 (~1e-13 for f''' ~ 1), is far below both where the probe can judge. NB:
+          // not its one-sided spread, h f'' / 2: with that, a point where f bends on the scale
+          // of the steps (the norm at |x| ~ 1e-5, probed again from 1e-5) passed as smooth,
+          // and its extrapolation, 1 % off, failed a correct backward.
+          const double allowed = bound.tolerance + kEstimateSafety * 16.0 * d1.noise;
+          if (!(disagreement <= allowed)) {
+            why = "its extrapolation from steps " + steps +
+                  " disagrees with the one-step difference along the same direction (" +
+                  sci(analytical + err) + " vs " + sci(analytical + d1.error) +
+                  ", beyond the latter's error estimate " + sci(allowed) + ")";
+            continue;
+          }
+          const std::string out = i < c.diff.size() && c.diff[i] < c.output_names.size()
+                                      ? c.output_names[c.diff[i]]
+                                      : "output " + std::to_string(c.diff[i]);
+          const double numerical = analytical + err;
+          std::ostringstream headline;
+          headline << "Jacobian mismatch for "
+                   << output_label(i < c.diff.size() ? c.diff[i] : i, out)
+                   << " with respect to input " << j << " ('" << in
+                   << "'): the backward is less precise than float64";
+          std::ostringstream detail;
+          detail << "  v^T J u along a random direction: numerical " << sci(numerical)
+                 << " (Ridders' extrapolation from steps " << steps << ", error estimate "
+                 << sci(err_estimate) << "), analytical " << sci(analytical) << ", rel error "
+                 << sci(std::abs(err) / std::max(std::abs(numerical), 1e-300)) << " (tolerance "
+                 << sci(bound.tolerance) << " from error estimates and the measured noise, safety "
+                 << kEstimateSafety << ")\n"
+                 << "  every entry passed the one-step check (eps " << short_sci(tol.eps)
+                 << "), whose differences are good to ~eps |f''| only; an error near float32's "
+                    "rounding (~1e-7 relative) in a float64 backward does this: a cast to float32 "
+                    "inside it (.float(), a float32 constant, buffer or accumulator)";
+          // Failure::output counts differentiable outputs, as the checker's failures do.
+          add_failure(r, Check::kJacobian, false, static_cast<int>(i), static_cast<int>(j),
+                      headline.str(), detail.str());
+          break;
         }
-        const OneStep d1 = one_step_projection(*s1, vi, ai, r0, r1);
-        const double disagreement = std::abs(err - d1.error);
-        const double allowed =
-            kEstimateSafety * (d1.half_spread + 16.0 * d1.noise + err_estimate + 5.0 * noise);
-        if (!(disagreement <= allowed)) {
+        if (!why.empty()) {
           r.notes.push_back("precision probe: input " + std::to_string(j) + " ('" + in +
-                            "'), output " + std::to_string(i) +
-                            ": not judged: its extrapolation from steps 1e-4 * max(1, |x|) "
-                            "disagrees with the one-step difference along the same direction (" +
-                            sci(analytical + err) + " vs " + sci(analytical + d1.error) +
-                            ", beyond the latter's error estimate " + sci(allowed) +
-                            "): f is not smooth within the probe's steps (a kink or tie within "
-                            "~1e-4 of the point)");
-          continue;
+                            "'), output " + std::to_string(i) + ": not judged: " + why +
+                            ": f is not smooth within the probe's steps (a kink or tie near the "
+                            "point)");
         }
-        const std::string out = i < c.diff.size() && c.diff[i] < c.output_names.size()
-                                    ? c.output_names[c.diff[i]]
-                                    : "output " + std::to_string(c.diff[i]);
-        const double numerical = analytical + err;
-        std::ostringstream headline;
-        headline << "Jacobian mismatch for " << output_label(i < c.diff.size() ? c.diff[i] : i, out)
-                 << " with respect to input " << j << " ('" << in
-                 << "'): the backward is less precise than float64";
-        std::ostringstream detail;
-        detail << "  v^T J u along a random direction: numerical " << sci(numerical)
-               << " (Ridders' extrapolation from steps 1e-4 * max(1, |x|), error estimate "
-               << sci(err_estimate) << "), analytical " << sci(analytical) << ", rel error "
-               << sci(std::abs(err) / std::max(std::abs(numerical), 1e-300)) << " (tolerance "
-               << sci(bound.tolerance) << " from error estimates and the measured noise, safety "
-               << kEstimateSafety << ")\n"
-               << "  every entry passed the one-step check (eps " << short_sci(tol.eps)
-               << "), whose differences are good to ~eps |f''| only; an error near float32's "
-                  "rounding (~1e-7 relative) in a float64 backward does this: a cast to float32 "
-                  "inside it (.float(), a float32 constant, buffer or accumulator)";
-        // Failure::output counts differentiable outputs, as the checker's failures do.
-        add_failure(r, Check::kJacobian, false, static_cast<int>(i), static_cast<int>(j),
-                    headline.str(), detail.str());
       }
     }
   } catch (const std::exception&) {

@@ -31,8 +31,9 @@ namespace customop::gradcheck::detail {
 /// fail is first compared with the one-step central difference along the same u (2 forward
 /// calls per input, only then): where the extrapolation disagrees with it beyond the one-step
 /// value's error estimate, f is not smooth within the probe's steps (relu, abs, clamp, selu
-/// with an element 1e-6 .. 1e-4 from their kink failed here), and the pair is left unjudged
-/// with a note.
+/// with an element 1e-6 .. 1e-4 from their kink failed here), and the pair is probed again
+/// from a 10x smaller first step (kProbeFirstSteps), down to 1e-6; then left unjudged with a
+/// note.
 ///
 /// Runs only where the Jacobian check passed, on float64 inputs and outputs, with the
 /// estimated tolerances (not atol/rtol) and GradcheckOptions::check_backward_precision. Cost,
@@ -46,5 +47,16 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
 /// Ridders levels of the probe (steps 1e-4, 5e-5, 2.5e-5 relative): the extrapolation's
 /// truncation is O(h^6), far below float64 rounding.
 inline constexpr int kProbeLevels = 3;
+
+/// The probe's first steps (relative to max(1, |x|)): where f is not smooth within the steps
+/// from one, the pair is probed again from the next (6 forward calls per input each, only
+/// then); where it is not smooth from any, the pair is left unjudged with a note.
+inline constexpr int kProbeStarts = 3;
+inline constexpr double kProbeFirstSteps[kProbeStarts] = {1e-4, 1e-5, 1e-6};
+
+/// The largest tolerance, relative to |v^T J| |u|, from which the probe gives a verdict: a
+/// float32 backward is off by ~1e-7 relative. Above it the steps crossed a kink, or f's own
+/// noise is that large: the next first step, then a note.
+inline constexpr double kProbeResolution = 1e-6;
 
 }  // namespace customop::gradcheck::detail

@@ -228,10 +228,11 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
         const int64_t e = r * cols + c;
         const bool loose = estimate[e] > 0.01 * row_scale && !(num[e] == 0 && ana[e] == 0);
         p.loose_entries += loose;
-        // A failing entry within what a kink in f' can do to a central difference at step eps
-        // (its error is below eps times the jump in f'', here taken as 100 max(1, |num|)).
-        const bool near = bad[e] && diff[e] <= 100 * tol.eps * std::max(1.0, std::abs(num[e]));
-        if ((loose || near) && !nb.extrapolated && sides && (refined == nullptr || !refined[e]))
+        // NB: not failing entries that are not loose. Sampling those again too passed softsign
+        // within 2e-7 of 0 (f'' jumps there), but also let float64 backwards computed in float32
+        // through (relu(x) + sin(x) with an element 1e-5 from 0: 4 of 4 samples caught without
+        // it, 1 with it).
+        if (loose && !nb.extrapolated && sides && (refined == nullptr || !refined[e]))
           out.loose_columns.push_back(c);
       }
     }

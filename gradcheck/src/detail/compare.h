@@ -18,11 +18,9 @@ struct BlockCompare {
   PairReport pair;
   ElementReport worst_nd;  ///< the worst mismatching entry at a non-differentiable point
   /// Columns (input elements, ascending) with a loose entry (its error estimate above 1 % of
-  /// its row's largest |numerical|), passed or not, or a failing one whose error is within
-  /// 100 eps max(1, |numerical|) (estimated rule, one step, not refined; loose_columns.h): at
-  /// |x| ~ eps a smooth f's one-sided spread, h f'', can exceed a tenth of its derivative and
-  /// look like a kink's; and where f'' jumps within the step (softsign at 1e-8) both one-sided
-  /// differences carry the same bias, ~eps |jump|, which their spread does not show.
+  /// its row's largest |numerical|), passed or not (estimated rule, one step, not refined;
+  /// loose_columns.h): at |x| ~ eps a smooth f's one-sided spread, h f'', can exceed a tenth
+  /// of its derivative and look like a kink's.
   std::vector<int64_t> loose_columns;
 };
 
