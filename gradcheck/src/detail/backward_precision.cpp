@@ -231,11 +231,12 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
           why.clear();
           if (std::abs(err) <= bound.tolerance) {
             if (start > 0) {
-              r.notes.push_back("precision probe: input " + std::to_string(j) + " ('" + in +
-                                "'), output " + std::to_string(i) + ": judged from steps " + steps +
-                                " (f is not smooth within the larger ones), where its tolerance "
-                                "is " +
-                                sci(bound.tolerance) + " of v^T J u = " + sci(analytical));
+              std::ostringstream note;
+              note << "precision probe: input " << j << " ('" << in << "'), output " << i
+                   << ": judged from steps " << steps
+                   << " (f is not smooth within the larger ones), where its tolerance is "
+                   << sci(bound.tolerance) << " of v^T J u = " << sci(analytical);
+              r.notes.push_back(note.str());
             }
             break;
           }
@@ -293,10 +294,11 @@ void check_backward_precision(const Function& f, const Checked& c, const Toleran
           break;
         }
         if (!why.empty()) {
-          r.notes.push_back("precision probe: input " + std::to_string(j) + " ('" + in +
-                            "'), output " + std::to_string(i) + ": not judged: " + why +
-                            ": f is not smooth within the probe's steps (a kink or tie near the "
-                            "point)");
+          std::ostringstream note;
+          note << "precision probe: input " << j << " ('" << in << "'), output " << i
+               << ": not judged: " << why
+               << ": f is not smooth within the probe's steps (a kink or tie near the point)";
+          r.notes.push_back(note.str());
         }
       }
     }
