@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   double eps = 0, atol = 0, rtol = 0;
   double nondet_tol = 0.0;
+  double backward_roundoff = 0.0;
   bool second_order = false;
   bool no_layout_variants = false;
   bool no_precision_probe = false;
@@ -186,6 +187,10 @@ int main(int argc, char** argv) {
   app.add_option("--rtol", rtol, "Relative tolerance (default by dtype)")
       ->check(finite_number(/*strict=*/false));
   app.add_option("--nondet-tol", nondet_tol, "Tolerance of the reentrancy check (default 0)")
+      ->check(finite_number(/*strict=*/false));
+  app.add_option("--backward-roundoff", backward_roundoff,
+                 "The backward's relative precision where coarser than its dtype's unit "
+                 "roundoff (a series or table approximation; default 0: the dtype's)")
       ->check(finite_number(/*strict=*/false));
   app.add_option("--low-precision", low_precision,
                  "Numerical method for float32: auto, float64-reference, ridders, central")
@@ -299,6 +304,7 @@ int main(int argc, char** argv) {
   if (app.count("--atol")) run.check.atol = atol;
   if (app.count("--rtol")) run.check.rtol = rtol;
   run.check.nondet_tol = nondet_tol;
+  run.check.backward_roundoff = backward_roundoff;
   run.check.check_second_order = second_order;
   run.check.check_layout_variants = !no_layout_variants;
   run.check.check_backward_precision = !no_precision_probe;

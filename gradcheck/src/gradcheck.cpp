@@ -339,7 +339,8 @@ GradcheckResult gradcheck(const BoxedFunction& fn, const torch::jit::Stack& args
   }
   if (options.check_backward_precision) {
     const detail::Function fp = detail::make_op_function(fn, args, slots, &r.precision_counts);
-    detail::check_backward_precision(fp, c, r.tolerances, options.seed, options.nondet_tol, r);
+    detail::check_backward_precision(fp, c, r.tolerances, options.seed, options.nondet_tol,
+                                     options.backward_roundoff, r);
   }
 
   if (options.check_second_order && !c.diff.empty()) {

@@ -146,6 +146,8 @@ GradcheckOptions options_from_json(const std::string& text, const std::string& o
       o.rtol = v.get<double>();
     } else if (key == "nondet_tol") {
       o.nondet_tol = v.get<double>();
+    } else if (key == "backward_roundoff") {
+      o.backward_roundoff = v.get<double>();
     } else if (key == "seed") {
       o.seed = v.get<std::uint64_t>();
     } else if (key == "max_jacobian_entries") {

@@ -35,15 +35,17 @@ nlohmann::json number(double v) {
 }
 
 nlohmann::json element_json(const ElementReport& e) {
-  return {{"output_index", e.output_index},
-          {"input_index", e.input_index},
-          {"numerical", number(e.numerical)},
-          {"analytical", number(e.analytical)},
-          {"abs_error", number(e.abs_error)},
-          {"rel_error", number(e.rel_error)},
-          {"tolerance", number(e.tolerance)},
-          {"error_estimate", number(e.error_estimate)},
-          {"rounding_bound", number(e.rounding_bound)}};
+  nlohmann::json j = {{"output_index", e.output_index},
+                      {"input_index", e.input_index},
+                      {"numerical", number(e.numerical)},
+                      {"analytical", number(e.analytical)},
+                      {"abs_error", number(e.abs_error)},
+                      {"rel_error", number(e.rel_error)},
+                      {"tolerance", number(e.tolerance)},
+                      {"error_estimate", number(e.error_estimate)},
+                      {"rounding_bound", number(e.rounding_bound)}};
+  if (!std::isnan(e.float64_analytical)) j["float64_analytical"] = number(e.float64_analytical);
+  return j;
 }
 
 nlohmann::json pair_json(const PairReport& p) {

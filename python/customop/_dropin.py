@@ -28,7 +28,8 @@ _REFUSED = {
 # customop's own options gradcheck() passes to the harness (GradcheckOptions fields).
 _OWN = {"seed", "label", "input_subsets", "max_jacobian_entries", "check_grad_output_scaling",
         "check_grad_metadata", "check_forward_grad_mode", "detect_nondifferentiable",
-        "check_cuda_against_cpu", "check_layout_variants", "check_backward_precision"}
+        "check_cuda_against_cpu", "check_layout_variants", "check_backward_precision",
+        "backward_roundoff"}
 
 
 def _finite(caller: str, key: str, value, positive: bool = False) -> None:
@@ -163,7 +164,9 @@ def gradcheck(func: Callable, inputs, *, eps: float = 1e-6, atol: float | None =
     - masked (set to True), check_backward_ad (False): NotImplementedError naming the keyword
       (no such check here).
     - options: customop's own: seed, label, input_subsets ("none", "singles",
-      "singles-and-complements"), check_layout_variants, check_grad_output_scaling, ...;
+      "singles-and-complements"), check_layout_variants, check_grad_output_scaling,
+      backward_roundoff (a float >= 0: the backward's relative precision where it is coarser
+      than its dtype's by design, a series or table approximation), ...;
       another keyword is a TypeError, as for any Python function.
     Returns True when every check passed (with an UnreliableDifferencesWarning when some
     entries could not be judged). An error func raises (forward or backward) is a failed check

@@ -66,7 +66,7 @@ _FLAGS = frozenset({
     "check_second_order", "check_fake_kernel", "check_mutation", "check_out_variant",
     "check_inplace_variant", "check_layout_variants", "check_backward_precision"})
 _POSITIVE = frozenset({"eps"})  # the finite-difference step: > 0
-_NON_NEGATIVE = frozenset({"atol", "rtol", "nondet_tol"})
+_NON_NEGATIVE = frozenset({"atol", "rtol", "nondet_tol", "backward_roundoff"})
 _COUNTS = {"seed": 1 << 64, "max_jacobian_entries": 1 << 63}  # integers in [0, limit)
 _CHOICES = {"mode": ("slow", "fast"),
             "input_subsets": ("none", "singles", "singles-and-complements")}

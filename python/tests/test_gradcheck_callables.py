@@ -558,6 +558,8 @@ def test_bad_keywords_and_unjudgeable_dtypes_are_refused_by_name():
     for kw, exc, text in ((dict(eps=0), ValueError, "eps must be a finite number > 0"),
                           (dict(eps=float("nan")), ValueError, "eps must be"),
                           (dict(nondet_tol=-1), ValueError, "nondet_tol must be"),
+                          (dict(backward_roundoff=-1e-9), ValueError,
+                           "option 'backward_roundoff' must be a finite number >= 0"),
                           (dict(atol=float("inf")), ValueError, "atol must be"),
                           (dict(foo=1), TypeError, "unexpected keyword argument 'foo'")):
         with pytest.raises(exc, match=text):
@@ -784,3 +786,24 @@ def test_a_sample_that_is_already_infinite_is_said_so_in_low_precision_too():
     low = [f for f in report["failures"] if f["check"] == "low_precision"]
     assert low and "float64 run returned a non-finite value" in low[0]["headline"], heads
     assert "does not run in float64" not in low[0]["headline"], heads
+
+
+def test_backward_roundoff_declares_an_approximate_float64_backward():
+    # sin with a backward good to ~2e-9 relative (as a series approximation is: ATen's
+    # trigamma, digamma's backward, ~5e-10): the float64 precision probe fails it and names the
+    # option; declared, it passes.
+    class ApproxSin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos() * (1 + 2e-9)
+
+    x = leaf(6)
+    with pytest.raises(gc.GradcheckError, match="backward_roundoff"):
+        gc.gradcheck(ApproxSin.apply, (x,))
+    assert gc.gradcheck(ApproxSin.apply, (x,), backward_roundoff=1e-8)

@@ -352,4 +352,39 @@ TEST(Precision, AProbeThatCannotUseItsFirstStepsSaysSo) {
   EXPECT_GE(caught, 1);
 }
 
+/// sin(x) whose backward is cos(x) (1 + 2e-9): a float64 backward good to ~2e-9 relative, as
+/// a series or table approximation is (ATen's trigamma, digamma's backward: ~5e-10).
+struct SinApproximateBackward : torch::autograd::Function<SinApproximateBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    return at::sin(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& g) {
+    return {g[0] * at::cos(ctx->get_saved_variables()[0]) * (1 + 2e-9)};
+  }
+};
+
+// The probe fails a backward 2e-9 off, names backward_roundoff, and passes it once that
+// declares the backward's precision.
+TEST(Precision, ADeclaredBackwardPrecisionPassesTheProbe) {
+  gc::BoxedFunction fn;
+  fn.name = "sin_approximate_backward";
+  fn.arg_names = {"x"};
+  fn.return_names = {"y"};
+  fn.call = [](torch::jit::Stack& s) {
+    s.back() = SinApproximateBackward::apply(s.back().toTensor());
+  };
+  for (auto mode : kModes) {
+    auto o = no_raise(mode);
+    const auto strict = gc::gradcheck(fn, {leaf({3, 4}, 1)}, o);
+    ASSERT_TRUE(caught_as_imprecise(strict)) << strict.message();
+    EXPECT_THAT(strict.failures[0].headline, HasSubstr("less precise than float64"));
+    EXPECT_THAT(strict.failures[0].detail, HasSubstr("backward_roundoff"));
+    o.backward_roundoff = 1e-8;
+    const auto declared = gc::gradcheck(fn, {leaf({3, 4}, 1)}, o);
+    EXPECT_TRUE(declared.passed) << declared.message();
+  }
+}
+
 }  // namespace

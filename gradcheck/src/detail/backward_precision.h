@@ -41,8 +41,12 @@ namespace customop::gradcheck::detail {
 /// forward calls per input, plus kNoiseDirections (kNoisePoints - 1) for the noise. A mismatch
 /// is a Check::kJacobian failure of the pair. Probed inputs are listed in
 /// result.precision_probes.
+/// `backward_roundoff` (GradcheckOptions::backward_roundoff): the backward's declared relative
+/// precision, when coarser than float64's (a series or table approximation): the projection's
+/// analytical rounding bound uses it in place of float64's unit roundoff.
 void check_backward_precision(const Function& f, const Checked& c, const Tolerances& tol,
-                              std::uint64_t seed, double nondet_tol, GradcheckResult& result);
+                              std::uint64_t seed, double nondet_tol, double backward_roundoff,
+                              GradcheckResult& result);
 
 /// Ridders levels of the probe (steps 1e-4, 5e-5, 2.5e-5 relative): the extrapolation's
 /// truncation is O(h^6), far below float64 rounding.

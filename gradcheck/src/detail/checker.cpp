@@ -2,6 +2,7 @@
 
 #include "detail/compare.h"
 #include "detail/draws.h"
+#include "detail/float64_backward.h"
 #include "detail/jacobian_size.h"
 #include "detail/loose_columns.h"
 #include "detail/noise_level.h"
@@ -94,6 +95,10 @@ class Checker {
     }
     report_reentrancy();
     report_grad_metadata();
+    if (f64_ && !f64_->why().empty()) {
+      result_.notes.push_back(prefix() + "the float64 backward is unavailable (" + f64_->why() +
+                              "): entries within their block's rounding bound only passed");
+    }
     if (opt_.check_grad_output_scaling && !backward_failed_) check_grad_output_scaling();
     if (opt_.check_undefined_grad && !backward_failed_) check_undefined_grads();
     return std::move(c_);
@@ -149,6 +154,7 @@ class Checker {
           }
           if (reference_) {
             method = "central (float64 reference)";
+            f64_.emplace(f_, point_, c_.diff, result_.counts);
           } else {
             method = use_ridders();
             result_.notes.push_back(prefix() + "float64 reference unavailable (" + why +
@@ -546,9 +552,16 @@ class Checker {
         rule_.ridders,
         nb.refined.defined() ? nb.refined.slice(0, r0, r1) : at::Tensor(),
         nb.side_slack.defined() ? nb.side_slack.slice(0, r0, r1) : at::Tensor()};
-    BlockCompare bc = compare_block(rows, ana, analytical_roundoff(i, j), opt_.nondet_tol, tol_,
-                                    opt_.detect_nondifferentiable, diff_outputs_[i].sizes(),
-                                    c_.leaves[j].sizes());
+    const auto compare = [&](const at::Tensor& ana64) {
+      return compare_block(rows, ana, analytical_roundoff(i, j), opt_.nondet_tol, tol_,
+                           opt_.detect_nondifferentiable, diff_outputs_[i].sizes(),
+                           c_.leaves[j].sizes(), ana64);
+    };
+    BlockCompare bc = compare({});
+    if (f64_ && !bc.rounding_only_rows.empty()) {
+      const at::Tensor ana64 = f64_->block(i, j, ana.size(1), bc.rounding_only_rows);
+      if (ana64.defined()) bc = compare(ana64);
+    }
     bc.pair.output = static_cast<int>(i);
     bc.pair.input = static_cast<int>(j);
     bc.pair.output_name = out_name(c_.diff[i]);
@@ -873,6 +886,7 @@ class Checker {
   bool nominal_step_ = false;  // divide by eps, not by the perturbation applied
   std::string steps_;          // the step rule, for reports
   std::optional<Numerical> num_;
+  mutable std::optional<Float64Backward> f64_;  // the backward run in float64 (reference_)
   at::Tensor noise_sigma_;  // the measured noise per output row (noise_level.h), once needed
 
   std::vector<std::pair<int, std::string>> metadata_issues_;

@@ -89,7 +89,8 @@ inline double nan_as_inf(double v) { return std::isnan(v) ? INFINITY : v; }
 // expressions it replaced did.
 BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, double u_ana,
                            double nondet_tol, const Tolerances& tol, bool detect_nd,
-                           c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes) {
+                           c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes,
+                           const at::Tensor& ana_float64) {
   BlockCompare out;
   PairReport& p = out.pair;
   const at::Tensor value = dense_double(nb.value);
@@ -134,6 +135,11 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
   std::vector<double> num(num0, num0 + count), estimate(count), rounding(count, 0.0), diff(count),
       rel(count);
   std::vector<uint8_t> kink(count), bad(count), nd(count, 0);
+  // The analytical bound from the entry's own row and column (compare.h), and its terms' size.
+  std::vector<double> own_rounding(count, 0.0), row_max(static_cast<std::size_t>(rows), 0.0),
+      col_max(static_cast<std::size_t>(cols), 0.0);
+  const auto own_scale = [&](int64_t e) { return std::max(row_max[e / cols], col_max[e % cols]); };
+  std::vector<double> judged64;  // per entry: the float64 analytical value that failed it, or NaN
   at::Tensor tolm_t = at::empty({rows, cols}, at::kDouble);
   double* tolm = tolm_t.mutable_data_ptr<double>();
   if (tol.estimated) {
@@ -146,13 +152,17 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
       pooled[r] = lower_median(half_row.data(), cols, scratch);
     }
     // The backward's rounding scales with its intermediate terms, which can cancel to an
-    // entry far smaller than them (gelu's derivative at x = -3 is ~1e-4 from terms ~1): the
-    // largest entry of the block stands in for their size.
+    // entry far smaller than them (float32 tanh's 1 - y^2 at x = 6 is ~2e-5 from terms ~1): the
+    // largest entry of the block stands in for their size, and of the entry's row and column
+    // for a tighter bound (compare.h: entries within the first only are judged in float64).
     // (NaN and inf entries fail on their own; they do not widen the others' bounds.)
     double block_max = 0;
     for (int64_t e = 0; e < count; ++e) {
       const double a = std::abs(ana[e]);
-      if (std::isfinite(a)) block_max = std::max(block_max, a);
+      if (!std::isfinite(a)) continue;
+      block_max = std::max(block_max, a);
+      row_max[e / cols] = std::max(row_max[e / cols], a);
+      col_max[e % cols] = std::max(col_max[e % cols], a);
     }
     // Ridders' tableau combines differences with weights whose magnitudes add up to about
     // ((c^2 + 1) / (c^2 - 1))^3 ~ 4.6 for c = 2 over three orders: rounding noise at the
@@ -163,6 +173,7 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     const double floor = S * subnormal_spacing_of(u_ana);
     for (int64_t e = 0; e < count; ++e) {
       rounding[e] = round_scale * (std::abs(ana[e]) + block_max) + nondet_tol + floor;
+      own_rounding[e] = round_scale * (std::abs(ana[e]) + own_scale(e)) + nondet_tol + floor;
       if (refined != nullptr && refined[e]) {
         kink[e] = 0;
         estimate[e] = S * (error[e] + weight * (noise ? noise[e] : 0.0));
@@ -201,6 +212,42 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     bad[e] = !(diff[e] <= tolm[e]);  // NaN counts as bad
     nd[e] = detect_nd && sides && bad[e] && kink[e];
     rel[e] = num[e] != 0 ? diff[e] / std::abs(num[e]) : diff[e];
+  }
+  // Entries that pass by the block's rounding bound only (compare.h), judged by the backward
+  // run in float64 where it was given, else listed by row.
+  if (tol.estimated && u_ana > unit_roundoff(at::kDouble)) {
+    at::Tensor ana64_t;
+    const double* ana64 = nullptr;
+    if (ana_float64.defined()) {
+      ana64_t = dense_double(ana_float64);
+      ana64 = ana64_t.const_data_ptr<double>();
+      judged64.assign(static_cast<std::size_t>(count), NAN);
+    }
+    const double round_scale64 = kEstimateSafety * 16 * unit_roundoff(at::kDouble);
+    const double floor64 = kEstimateSafety * subnormal_spacing(at::kDouble);
+    for (int64_t e = 0; e < count; ++e) {
+      if (bad[e] || kink[e] || diff[e] <= estimate[e] + own_rounding[e]) continue;
+      if (ana64 == nullptr) {
+        out.rounding_only_rows.push_back(e / cols);
+        continue;
+      }
+      const double a64 = ana64[e];
+      if (!std::isfinite(a64)) continue;
+      // It fails where the float64 backward fails the entry too (to float64's bound from its
+      // row and column) and the float32 value sides with it: within half their distance to
+      // the numerical value. A float64 backward that is right leaves the float32 value's
+      // distance to its rounding; one that is itself imprecise (ATen's tanh-approximated gelu
+      // at x ~ -6 is off by ~5e-12) does not fail a float32 value that is not as far off.
+      const double off64 = std::abs(a64 - num[e]);
+      const double bound64 = round_scale64 * (std::abs(a64) + own_scale(e)) + nondet_tol + floor64;
+      if (!(off64 > estimate[e] + bound64 && std::abs(ana[e] - a64) <= off64 / 2)) continue;
+      bad[e] = 1;
+      judged64[e] = a64;
+      rounding[e] = own_rounding[e];
+      tolm[e] = estimate[e] + own_rounding[e];
+    }
+    auto& r = out.rounding_only_rows;
+    r.erase(std::unique(r.begin(), r.end()), r.end());
   }
   p.entries = count;
   p.bad_entries = std::count(bad.begin(), bad.end(), uint8_t{1});
@@ -262,6 +309,7 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     e.tolerance = tolm[flat];
     e.error_estimate = estimate[flat];
     e.rounding_bound = rounding[flat];
+    if (!judged64.empty()) e.float64_analytical = judged64[flat];
     return e;
   };
   if (p.entries == 0) return out;
@@ -342,6 +390,11 @@ std::string describe_worst(const PairReport& p, const std::string& out_name,
     os << " = atol " << short_sci(tol.atol) << " + rtol " << short_sci(tol.rtol) << " |numerical|";
   }
   os << "; " << steps << ", seed " << seed << ")\n";
+  if (!std::isnan(w.float64_analytical)) {
+    os << "  the backward run in float64 gives " << sci(w.float64_analytical)
+       << ", as far from the numerical value: the formula is off, not its rounding (the bound "
+          "above is set by this entry's row and column)\n";
+  }
   os << "  bad entries: " << p.bad_entries << " of " << p.entries;
   if (p.nondifferentiable_entries > 0) {
     os << " (" << p.nondifferentiable_entries << " at non-differentiable points)";

@@ -22,6 +22,10 @@ struct BlockCompare {
   /// loose_columns.h): at |x| ~ eps a smooth f's one-sided spread, h f'', can exceed a tenth
   /// of its derivative and look like a kink's.
   std::vector<int64_t> loose_columns;
+  /// Rows (output elements, ascending) with an entry that passes only by the block's rounding
+  /// bound, not by its own row's and column's (compare_block); empty unless the backward's
+  /// dtype is coarser than float64 and no float64 backward was given.
+  std::vector<int64_t> rounding_only_rows;
 };
 
 /// The numerical side of one (output, input) block, float64 CPU, each [m, n] (m output
@@ -59,9 +63,23 @@ struct NumericalBlock {
 /// `nondet_tol` (the backward's declared run-to-run spread) widens the analytical side's bound.
 /// Entries whose numerical error estimate exceeds 1 % of their row's largest |numerical| are
 /// counted in PairReport::loose_entries (a wrong value there may pass).
+///
+/// The analytical rounding bound (estimated rule) is S 16 u_ana (|ana| + A) plus nondet_tol,
+/// where A, the size of the backward's intermediate terms, is the largest |ana| of the whole
+/// block: they can cancel to an entry far smaller than them (float32 tanh's 1 - y^2 at x = 6).
+/// An entry within that bound but not within the one whose A is the largest |ana| of its own
+/// row and column passes only by the block's largest entry: a float32 exp whose backward is
+/// 25 % off for x < 0 passes on linspace(-3, 11) by e^11. Where `ana_float64` ([m, n], NaN
+/// where not computed; undefined: none) holds the backward run in float64 at the same point,
+/// such an entry fails when that float64 value is as far from the numerical one (beyond its own
+/// float64 bound, A of the row and column) and the float32 value lies within its row and
+/// column bound of it: the formula is wrong, not its rounding. ElementReport::float64_analytical
+/// then names it. Where `ana_float64` is undefined, the rows holding such entries are listed
+/// in BlockCompare::rounding_only_rows.
 BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, double u_ana,
                            double nondet_tol, const Tolerances& tol, bool detect_nd,
-                           c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes);
+                           c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes,
+                           const at::Tensor& ana_float64 = {});
 
 /// The tolerance of one projection v^T J u (fast mode) by the rule of `tol`.
 struct ProjectionBound {

@@ -322,7 +322,10 @@ struct GradcheckOptions {
   /// float32's (2^-24) for the function's float64 run, whose Jacobian check only has to show
   /// the formula right to well below 16-bit rounding: a float32 constant in a correct
   /// backward (torch.where(x > 0, 1.0, 0.01) is float32) moves it by ~1e-8, which failed it.
-  /// Must be finite and >= 0.
+  /// The float64 precision probe (check_backward_precision) judges to it too: a backward that
+  /// approximates by design (ATen's trigamma, digamma's backward, is good to ~5e-10 relative)
+  /// passes with it set to that precision. Python: backward_roundoff=; CLI: --backward-roundoff.
+  /// Must be finite and >= 0 (else c10::ValueError).
   double backward_roundoff = 0.0;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
   LowPrecisionMethod low_precision = LowPrecisionMethod::kAuto;

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +80,10 @@ struct ElementReport {
   double error_estimate = 0;  ///< the numerical side's error estimate, safety factor included
   double rounding_bound = 0;  ///< the analytical side's rounding bound, safety factor included
                               ///< (0 under the fixed rule)
+  /// The backward run in float64 at the same point, where it decided the verdict (a float32
+  /// or 16-bit backward within its block's rounding bound, but as far off as its float64 run;
+  /// detail/compare.h); NaN otherwise.
+  double float64_analytical = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The comparison of one (differentiable output i, differentiable input j) block.
