@@ -387,4 +387,18 @@ TEST(Precision, ADeclaredBackwardPrecisionPassesTheProbe) {
   }
 }
 
+// A float32 prod that overflows to inf has grads +-inf: each such entry fails, its analytical
+// rounding bound (u times |entry|) no longer infinite. It passed the Jacobian check before.
+TEST(Precision, AnInfiniteGradDoesNotWidenItsOwnBound) {
+  const auto prod = c10::Dispatcher::singleton().findSchemaOrThrow("aten::prod", "");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const at::Tensor x =
+      (at::rand({40}, gen, at::TensorOptions().dtype(at::kFloat)) + 19.5).requires_grad_(true);
+  auto o = no_raise(gc::Mode::kSlow);
+  o.check_grad_output_scaling = false;
+  const auto r = gc::gradcheck(prod, {x, c10::IValue()}, o);
+  ASSERT_TRUE(r.failed(gc::Check::kJacobian)) << r.message();
+  EXPECT_EQ(r.pairs.at(0).bad_entries, 40) << r.message();
+}
+
 }  // namespace

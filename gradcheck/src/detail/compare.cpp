@@ -140,6 +140,7 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
       col_max(static_cast<std::size_t>(cols), 0.0);
   const auto own_scale = [&](int64_t e) { return std::max(row_max[e / cols], col_max[e % cols]); };
   std::vector<double> judged64;  // per entry: the float64 analytical value that failed it, or NaN
+  int64_t largest_row = 0;       // the row of the block's largest |ana|
   at::Tensor tolm_t = at::empty({rows, cols}, at::kDouble);
   double* tolm = tolm_t.mutable_data_ptr<double>();
   if (tol.estimated) {
@@ -160,6 +161,7 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     for (int64_t e = 0; e < count; ++e) {
       const double a = std::abs(ana[e]);
       if (!std::isfinite(a)) continue;
+      if (a > block_max) largest_row = e / cols;
       block_max = std::max(block_max, a);
       row_max[e / cols] = std::max(row_max[e / cols], a);
       col_max[e % cols] = std::max(col_max[e % cols], a);
@@ -172,8 +174,11 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
     const double round_scale = S * 16 * u_ana;
     const double floor = S * subnormal_spacing_of(u_ana);
     for (int64_t e = 0; e < count; ++e) {
-      rounding[e] = round_scale * (std::abs(ana[e]) + block_max) + nondet_tol + floor;
-      own_rounding[e] = round_scale * (std::abs(ana[e]) + own_scale(e)) + nondet_tol + floor;
+      // An infinite entry fails on its own: it does not widen its own bound to infinity either
+      // (a float32 prod that overflowed to inf, with grads +-inf, passed).
+      const double a = std::isfinite(ana[e]) ? std::abs(ana[e]) : 0.0;
+      rounding[e] = round_scale * (a + block_max) + nondet_tol + floor;
+      own_rounding[e] = round_scale * (a + own_scale(e)) + nondet_tol + floor;
       if (refined != nullptr && refined[e]) {
         kink[e] = 0;
         estimate[e] = S * (error[e] + weight * (noise ? noise[e] : 0.0));
@@ -222,15 +227,28 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
       ana64_t = dense_double(ana_float64);
       ana64 = ana64_t.const_data_ptr<double>();
       judged64.assign(static_cast<std::size_t>(count), NAN);
+      // A run that computes in float32 returns float32 numbers (a float64 one does with
+      // probability ~2^-29 per value, beyond 0 and small dyadic ones).
+      bool float64 = false;
+      for (int64_t e = 0; e < count && !float64; ++e) {
+        const double a = ana64[e];
+        float64 = std::isfinite(a) && a != 0 && static_cast<double>(static_cast<float>(a)) != a;
+      }
+      if (!float64) {
+        out.float64_in_float32 = true;
+        ana64 = nullptr;
+        judged64.clear();
+      }
     }
     const double round_scale64 = kEstimateSafety * 16 * unit_roundoff(at::kDouble);
     const double floor64 = kEstimateSafety * subnormal_spacing(at::kDouble);
     for (int64_t e = 0; e < count; ++e) {
       if (bad[e] || kink[e] || diff[e] <= estimate[e] + own_rounding[e]) continue;
-      if (ana64 == nullptr) {
+      if (!ana_float64.defined()) {
         out.rounding_only_rows.push_back(e / cols);
         continue;
       }
+      if (ana64 == nullptr) continue;
       const double a64 = ana64[e];
       if (!std::isfinite(a64)) continue;
       // It fails where the float64 backward fails the entry too (to float64's bound from its
@@ -242,11 +260,14 @@ BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana_in, d
       const double bound64 = round_scale64 * (std::abs(a64) + own_scale(e)) + nondet_tol + floor64;
       if (!(off64 > estimate[e] + bound64 && std::abs(ana[e] - a64) <= off64 / 2)) continue;
       bad[e] = 1;
+      out.float64_failed.push_back(e);
       judged64[e] = a64;
       rounding[e] = own_rounding[e];
       tolm[e] = estimate[e] + own_rounding[e];
     }
     auto& r = out.rounding_only_rows;
+    if (!r.empty()) r.push_back(largest_row);
+    std::sort(r.begin(), r.end());
     r.erase(std::unique(r.begin(), r.end()), r.end());
   }
   p.entries = count;

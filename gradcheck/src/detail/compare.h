@@ -26,6 +26,11 @@ struct BlockCompare {
   /// bound, not by its own row's and column's (compare_block); empty unless the backward's
   /// dtype is coarser than float64 and no float64 backward was given.
   std::vector<int64_t> rounding_only_rows;
+  /// Entries (flat) that failed by the float64 backward (compare_block's `ana_float64`).
+  std::vector<int64_t> float64_failed;
+  /// `ana_float64` was given but not used: its every nonzero value is a float32 number, so that
+  /// run computes in float32 (a .float() inside the backward) and is no float64 evidence.
+  bool float64_in_float32 = false;
 };
 
 /// The numerical side of one (output, input) block, float64 CPU, each [m, n] (m output
@@ -75,7 +80,9 @@ struct NumericalBlock {
 /// float64 bound, A of the row and column) and the float32 value lies within its row and
 /// column bound of it: the formula is wrong, not its rounding. ElementReport::float64_analytical
 /// then names it. Where `ana_float64` is undefined, the rows holding such entries are listed
-/// in BlockCompare::rounding_only_rows.
+/// in BlockCompare::rounding_only_rows, with the row of the block's largest |ana|: a float64
+/// run whose every nonzero value there is a float32 number computes in float32 and is not used
+/// (BlockCompare::float64_in_float32).
 BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, double u_ana,
                            double nondet_tol, const Tolerances& tol, bool detect_nd,
                            c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes,

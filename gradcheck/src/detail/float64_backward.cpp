@@ -43,6 +43,46 @@ bool Float64Backward::start() {
   return !outputs_.empty();
 }
 
+std::vector<at::Tensor> Float64Backward::run_vjp(std::size_t i, const at::Tensor& v) {
+  std::vector<at::Tensor> grads;
+  try {
+    grads = vjp({outputs_[i]}, {v}, leaves_, counts_);
+  } catch (const std::exception& e) {
+    why_ = "its backward raised: " + one_line_error(e);
+    outputs_.clear();
+    return {};
+  }
+  // A grad that is not reached reads as zeros, as the harness's own VJPs read it (undefined
+  // here); a non-finite one is no evidence about a finite float32 value.
+  std::size_t nonfinite = grads.size();
+  for (std::size_t j = 0; j < grads.size() && nonfinite == grads.size(); ++j) {
+    if (!grads[j].defined()) continue;
+    grads[j] = flat_double(grads[j]);
+    if (!at::isfinite(grads[j]).all().item<bool>()) nonfinite = j;
+  }
+  if (nonfinite < grads.size()) {
+    why_ = "its backward returned a non-finite grad for input " + std::to_string(nonfinite);
+    outputs_.clear();
+    return {};
+  }
+  return grads;
+}
+
+at::Tensor Float64Backward::projection(std::size_t i, const at::Tensor& v, std::size_t j,
+                                       int64_t input_numel) {
+  if (!start()) return {};
+  auto it = projections_.find(i);
+  if (it == projections_.end()) {
+    const at::Tensor& y = outputs_[i];
+    auto grads = run_vjp(i, v.to(y.device(), at::kDouble).reshape(y.sizes()));
+    if (grads.empty()) return {};
+    it = projections_.emplace(i, std::move(grads)).first;
+  }
+  const at::Tensor& g = it->second[j];
+  if (!g.defined()) return at::zeros({input_numel}, at::kDouble);
+  return g.numel() == input_numel ? g : at::Tensor();
+}
+
 at::Tensor Float64Backward::block(std::size_t i, std::size_t j, int64_t input_numel,
                                   const std::vector<int64_t>& rows) {
   if (!start()) return {};
@@ -51,27 +91,55 @@ at::Tensor Float64Backward::block(std::size_t i, std::size_t j, int64_t input_nu
   for (const int64_t r : rows) {
     auto it = rows_.find({i, r});
     if (it == rows_.end()) {
-      std::vector<at::Tensor> grads;
-      try {
-        grads = vjp({y}, {one_hot_like(y, r)}, leaves_, counts_);
-      } catch (const std::exception& e) {
-        why_ = "its backward raised: " + one_line_error(e);
-        outputs_.clear();
-        return {};
-      }
-      for (auto& g : grads) {
-        if (g.defined()) g = flat_double(g);
-      }
+      auto grads = run_vjp(i, one_hot_like(y, r));
+      if (grads.empty()) return {};
       it = rows_.emplace(std::make_pair(i, r), std::move(grads)).first;
     }
     const at::Tensor& g = it->second[j];
     if (!g.defined()) {
-      out.select(0, r).zero_();  // not reached: a zero row, as the harness's own VJPs read it
-    } else if (g.numel() == input_numel) {
-      set_row(out, r, g);
+      out.select(0, r).zero_();
+      continue;
     }
+    if (g.numel() != input_numel) {
+      why_ = "its backward returned a grad of " + std::to_string(g.numel()) + " elements for " +
+             std::to_string(input_numel);
+      outputs_.clear();
+      return {};
+    }
+    set_row(out, r, g);
   }
   return out;
+}
+
+bool drop_unconverged(Numerical& num, std::size_t j, int64_t r0, double eps,
+                      const at::Tensor& value, const std::vector<int64_t>& failed,
+                      at::Tensor& ana64) {
+  const int64_t n = value.size(1);
+  const at::Tensor v = dense_double(value);
+  const double* d1 = v.const_data_ptr<double>();
+  double* a64 = ana64.mutable_data_ptr<double>();
+  std::map<int64_t, std::vector<double>> half;  // column -> D(eps / 2) of every output row
+  bool any = false;
+  for (const int64_t e : failed) {
+    const int64_t k = e % n;
+    auto it = half.find(k);
+    if (it == half.end()) {
+      const Sampled s = num.sample_element(j, k, eps / 2);
+      const auto d2 = values_of(s.levels.front().diff);
+      const double w = s.levels.front().w.item<double>();  // perturbation applied / nominal
+      std::vector<double> col(d2.begin(), d2.end());
+      if (w != 0 && w != 1.0) {
+        for (double& x : col) x /= w;
+      }
+      it = half.emplace(k, std::move(col)).first;
+    }
+    const double moved = std::abs(d1[e] - it->second[static_cast<std::size_t>(r0 + e / n)]);
+    if (!(moved <= std::abs(a64[e] - d1[e]) / 8)) {
+      a64[e] = NAN;
+      any = true;
+    }
+  }
+  return any;
 }
 
 }  // namespace customop::gradcheck::detail

@@ -4,6 +4,7 @@
 // Internal to customop_gradcheck.
 
 #include "detail/function.h"
+#include "detail/numerical.h"
 
 #include <customop/gradcheck/result.h>
 
@@ -41,6 +42,11 @@ class Float64Backward {
   at::Tensor block(std::size_t i, std::size_t j, int64_t input_numel,
                    const std::vector<int64_t>& rows);
 
+  /// Float64 CPU [n_j]: v^T d output / d input j of the op run in float64, `v` the flat
+  /// cotangent of differentiable output i (any dtype; used in float64). One VJP per output,
+  /// cached for every input. Undefined when the float64 run is unavailable, as block().
+  at::Tensor projection(std::size_t i, const at::Tensor& v, std::size_t j, int64_t input_numel);
+
   /// Why the float64 run is unavailable; empty while it is (or has not been tried).
   const std::string& why() const { return why_; }
 
@@ -56,6 +62,22 @@ class Float64Backward {
   std::string why_;
   /// (output i, row r) -> the VJP's grads per input, flat float64 CPU (undefined: not reached).
   std::map<std::pair<std::size_t, int64_t>, std::vector<at::Tensor>> rows_;
+  /// Output i -> v^T J per input (projection()).
+  std::map<std::size_t, std::vector<at::Tensor>> projections_;
+  /// The VJP of outputs_[i] with cotangent `v` (float64, its shape), flat float64 CPU per input
+  /// (undefined: not reached); empty when it raised (why_ says so).
+  std::vector<at::Tensor> run_vjp(std::size_t i, const at::Tensor& v);
 };
+
+/// The entries `failed` (flat numbers in the [m, n] block `value`, output rows r0 .. r0 + m of
+/// input j) that the float64 backward failed, confirmed: each one's column is sampled again at
+/// eps / 2 (two forward calls per column), and where the central difference moves by more than
+/// an eighth of the float64 value's distance to it, |D(eps) - D(eps / 2)| > |ana64 - D(eps)| / 8
+/// (its own error, ~4/3 of that move, could then be a sixth of the mismatch: x |x| at 0, where
+/// f'' jumps, gives D(eps) = eps against f'(0) = 0 with both one-sided differences equal), the
+/// entry's `ana64` becomes NaN: not judged by it. Returns whether any did.
+bool drop_unconverged(Numerical& num, std::size_t j, int64_t r0, double eps,
+                      const at::Tensor& value, const std::vector<int64_t>& failed,
+                      at::Tensor& ana64);
 
 }  // namespace customop::gradcheck::detail

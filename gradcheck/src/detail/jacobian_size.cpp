@@ -1,5 +1,6 @@
 #include "detail/jacobian_size.h"
 
+#include <cmath>
 #include <sstream>
 
 namespace customop::gradcheck::detail {
@@ -25,7 +26,9 @@ std::string JacobianSize::fast_mode_note(const GradcheckOptions& o) const {
 
 std::string fast_mode_figures(const PairReport& fp, bool estimated, std::uint64_t seed) {
   std::ostringstream fd;
-  fd << "  fast mode: v^T J u numerical " << sci(fp.worst.numerical);
+  fd << "  fast mode"
+     << (std::isnan(fp.worst.float64_analytical) ? "" : ", the backward run in float64")
+     << ": v^T J u numerical " << sci(fp.worst.numerical);
   if (estimated) fd << " (error estimate " << sci(fp.worst.error_estimate) << ")";
   fd << ", analytical " << sci(fp.worst.analytical);
   if (estimated) fd << " (rounding bound " << sci(fp.worst.rounding_bound) << ")";

@@ -324,7 +324,10 @@ struct GradcheckOptions {
   /// backward (torch.where(x > 0, 1.0, 0.01) is float32) moves it by ~1e-8, which failed it.
   /// The float64 precision probe (check_backward_precision) judges to it too: a backward that
   /// approximates by design (ATen's trigamma, digamma's backward, is good to ~5e-10 relative)
-  /// passes with it set to that precision. Python: backward_roundoff=; CLI: --backward-roundoff.
+  /// passes with it set to that precision. It widens every entry's bound by u times the block's
+  /// largest entry, as a coarser dtype would: a value far above the backward's real precision
+  /// lets real errors on small entries pass. Python: backward_roundoff=; CLI:
+  /// --backward-roundoff.
   /// Must be finite and >= 0 (else c10::ValueError).
   double backward_roundoff = 0.0;
   /// Numerical method for float32 / float16 / bfloat16 inputs.
