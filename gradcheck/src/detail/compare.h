@@ -76,10 +76,10 @@ struct NumericalBlock {
 /// row and column passes only by the block's largest entry: a float32 exp whose backward is
 /// 25 % off for x < 0 passes on linspace(-3, 11) by e^11. Where `ana_float64` ([m, n], NaN
 /// where not computed; undefined: none) holds the backward run in float64 at the same point,
-/// such an entry fails when that float64 value is as far from the numerical one (beyond its own
-/// float64 bound, A of the row and column) and the float32 value lies within its row and
-/// column bound of it: the formula is wrong, not its rounding. ElementReport::float64_analytical
-/// then names it. Where `ana_float64` is undefined, the rows holding such entries are listed
+/// such an entry fails when that float64 value is itself off from the numerical one (beyond
+/// its own float64 bound, A of the row and column) and the float32 value lies within half that
+/// distance of it: the formula is wrong, not its rounding (BlockCompare::float64_failed lists
+/// those entries; ElementReport::float64_analytical names the value). Where `ana_float64` is undefined, the rows holding such entries are listed
 /// in BlockCompare::rounding_only_rows, with the row of the block's largest |ana|: a float64
 /// run whose every nonzero value there is a float32 number computes in float32 and is not used
 /// (BlockCompare::float64_in_float32).
