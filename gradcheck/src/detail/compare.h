@@ -79,10 +79,10 @@ struct NumericalBlock {
 /// such an entry fails when that float64 value is itself off from the numerical one (beyond
 /// its own float64 bound, A of the row and column) and the float32 value lies within half that
 /// distance of it: the formula is wrong, not its rounding (BlockCompare::float64_failed lists
-/// those entries; ElementReport::float64_analytical names the value). Where `ana_float64` is undefined, the rows holding such entries are listed
-/// in BlockCompare::rounding_only_rows, with the row of the block's largest |ana|: a float64
-/// run whose every nonzero value there is a float32 number computes in float32 and is not used
-/// (BlockCompare::float64_in_float32).
+/// those entries; ElementReport::float64_analytical names the value). Where `ana_float64` is
+/// undefined, the rows holding such entries are listed in BlockCompare::rounding_only_rows, with
+/// the row of the block's largest |ana|: a float64 run whose every nonzero value there is a float32
+/// number computes in float32 and is not used (BlockCompare::float64_in_float32).
 BlockCompare compare_block(const NumericalBlock& nb, const at::Tensor& ana, double u_ana,
                            double nondet_tol, const Tolerances& tol, bool detect_nd,
                            c10::IntArrayRef out_sizes, c10::IntArrayRef in_sizes,
